@@ -1,0 +1,3 @@
+from pql.replay.buffer import ReplayBuffer, UniformSampler
+
+__all__ = ["ReplayBuffer", "UniformSampler"]

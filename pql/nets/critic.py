@@ -1,0 +1,32 @@
+"""Critics: twin Q for clipped double Q-learning, its distributional form, and a state value."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pql.nets.mlp import mlp
+
+
+class DoubleQ(nn.Module):
+    """Two independent Q heads. obs [B, obs_dim], action [B, act_dim] -> (q1, q2), each [B, out_dim]
+    (out_dim = 1 for scalar Q, num_atoms logits for the distributional critic)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], out_dim: int = 1):
+        super().__init__()
+        self.q1 = mlp(obs_dim + act_dim, hidden, out_dim)
+        self.q2 = mlp(obs_dim + act_dim, hidden, out_dim)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([obs, action], dim=-1)
+        return self.q1(x), self.q2(x)
+
+
+class ValueNet(nn.Module):
+    """State value V(s). obs [B, obs_dim] -> [B]."""
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...]):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, 1)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).squeeze(-1)

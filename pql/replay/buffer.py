@@ -1,0 +1,83 @@
+"""Device-resident replay: a ring over a dict of tensors (storage) plus a sampler (which items
+to draw). Storage and sampling are separate so uniform and prioritized replay share the ring."""
+from __future__ import annotations
+
+import torch
+
+
+class UniformSampler:
+    """Uniform sampling with replacement; importance weights are all 1."""
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+
+    def on_add(self, indices: torch.Tensor) -> None:
+        return None
+
+    def sample(self, batch_size: int, size: int, generator: torch.Generator | None = None):
+        """-> indices [B] long, weights [B] float32, both on the sampler's device."""
+        indices = torch.randint(0, size, (batch_size,), device=self.device, generator=generator)
+        return indices, torch.ones(batch_size, device=self.device)
+
+    def update(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
+        return None
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None
+
+
+class ReplayBuffer:
+    """Fixed-capacity ring of transitions on `device`.
+
+    spec: {field: (shape, dtype)}; every stored field has shape [capacity, *shape].
+    Memory per transition is the sum of the fields' sizes; for PQL's transition
+    (obs, action, reward, next_obs, discount) that is 4·(2·obs_dim + act_dim + 2) bytes.
+    """
+
+    def __init__(self, capacity: int, spec: dict, device, sampler=None,
+                 generator: torch.Generator | None = None):
+        if capacity <= 0:
+            raise ValueError(f"replay capacity must be > 0, got {capacity}")
+        self.capacity = int(capacity)
+        self.device = torch.device(device)
+        self.storage = {k: torch.empty((self.capacity, *shape), dtype=dtype, device=self.device)
+                        for k, (shape, dtype) in spec.items()}
+        self.sampler = sampler if sampler is not None else UniformSampler(self.device)
+        self.generator = generator
+        self.cursor = 0  # next slot to write
+        self.size = 0
+
+    @staticmethod
+    def bytes_per_item(spec: dict) -> int:
+        return sum(torch.empty((), dtype=dtype).element_size() * int(torch.Size(shape).numel())
+                   for shape, dtype in spec.values())
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, batch: dict) -> torch.Tensor:
+        """batch: {field: [B, *shape]} on any device. -> the ring indices written, [B] long."""
+        n = next(iter(batch.values())).shape[0]
+        if n > self.capacity:  # only the newest `capacity` items can survive anyway
+            batch = {k: v[-self.capacity:] for k, v in batch.items()}
+            n = self.capacity
+        indices = (self.cursor + torch.arange(n, device=self.device)) % self.capacity
+        for k, store in self.storage.items():
+            store[indices] = batch[k].to(self.device, store.dtype, non_blocking=True)
+        self.cursor = (self.cursor + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+        self.sampler.on_add(indices)
+        return indices
+
+    def sample(self, batch_size: int):
+        """-> (batch {field: [B, *shape]}, indices [B] long, weights [B] float32)."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        indices, weights = self.sampler.sample(batch_size, self.size, self.generator)
+        return {k: v[indices] for k, v in self.storage.items()}, indices, weights
+
+    def update_priorities(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
+        self.sampler.update(indices, td_abs)

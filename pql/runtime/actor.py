@@ -1,0 +1,140 @@
+"""The actor role: steps the training envs with its local policy copy, folds n-step
+transitions and publishes them into the staging ring."""
+from __future__ import annotations
+
+import torch
+
+from pql.algos.exploration import noise_stds
+from pql.envs import make_env, to_env_action
+from pql.kernels.nstep import nstep_returns
+from pql.nets import ObsNormalizer
+from pql.runtime.control import C, RatioController, S
+from pql.runtime.precision import inference_copy
+
+STATS_EVERY = 16  # actor steps between stats reports (each report is a host sync on CUDA)
+
+
+class NStepWindow:
+    """The last n steps of every env; folds the oldest into one transition once n are in."""
+
+    def __init__(self, nstep: int, gamma: float):
+        self.nstep, self.gamma = nstep, gamma
+        self.steps: list[tuple] = []
+
+    def push(self, obs, action, reward, terminated, truncated, boot_obs) -> dict | None:
+        """boot_obs: info["final_obs"] — s_{t+1} of this episode even where the env was reset.
+        -> the folded transition for the oldest step, or None while the window fills."""
+        self.steps.append((obs, action, reward, terminated, truncated, boot_obs))
+        if len(self.steps) < self.nstep:
+            return None
+        obs0, action0 = self.steps[0][0], self.steps[0][1]
+        rewards, terms, truncs, boots = (torch.stack(x) for x in list(zip(*self.steps))[2:])
+        returns, discount, steps = nstep_returns(rewards, terms, truncs, self.gamma, self.nstep)
+        # The fold of step 0 ended m steps later (at an episode end or after n steps): bootstrap
+        # from the observation that followed its last folded step, final_obs if the episode ended.
+        last = steps[0] - 1
+        next_obs = boots[last, torch.arange(obs0.shape[0], device=obs0.device)]
+        self.steps.pop(0)
+        return {"obs": obs0, "action": action0, "reward": returns[0], "next_obs": next_obs, "discount": discount[0]}
+
+    def state_dict(self) -> dict:
+        return {"steps": [tuple(t.cpu() for t in s) for s in self.steps]}
+
+    def load_state_dict(self, state: dict, device) -> None:
+        self.steps = [tuple(t.to(device) for t in s) for s in state["steps"]]
+
+
+class Actor:
+    name = "actor"
+
+    def __init__(self, cfg, shared, algo, device, ctrl: RatioController, fresh_start: bool):
+        self.cfg, self.shared, self.algo, self.device, self.ctrl = cfg, shared, algo, device, ctrl
+        self.env = make_env(cfg.task, cfg.task.num_envs, device, cfg.runtime.seed)
+        self.policy = algo.make_policy().to(device)
+        self.policy_version = -1
+        self.acting_policy = self.policy
+        self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
+        self.noise_std = noise_stds(cfg.algo, self.env.num_envs, device)
+        self.window = NStepWindow(cfg.algo.nstep, cfg.algo.gamma)
+        self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
+        self.generator = torch.Generator(device=device).manual_seed(cfg.runtime.seed + 1)
+        self.obs = self.env.reset()
+        n = self.env.num_envs
+        self.ep_return = torch.zeros(n, device=device)
+        self.ep_length = torch.zeros(n, device=device)
+        self.finished = torch.zeros(3, device=device)  # return sum, length sum, count
+        self.local_steps = 0
+
+    def done(self) -> bool:
+        return int(self.shared.counters[C.ENV_STEPS]) >= self.cfg.runtime.max_env_steps
+
+    def ready(self) -> bool:
+        c = self.shared.counters
+        if self.done():
+            c[C.ACTOR_DONE] = 1
+            return False
+        ring_free = c[C.ACTOR_STEPS] - torch.minimum(c[C.CONSUMED_V], c[C.CONSUMED_P]) < self.shared.ring_slots
+        return bool(ring_free) and self.ctrl.actor_may_step()
+
+    def idle(self) -> None:
+        return None
+
+    def _sync_policy(self) -> None:
+        version = self.shared.policy.pull(self.policy, self.policy_version)
+        if version != self.policy_version:
+            self.policy_version = version
+            self.acting_policy = inference_copy(self.policy, self.cfg.actor.precision)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        c = self.shared.counters
+        if self.local_steps % self.cfg.runtime.policy_sync_every == 0:
+            self._sync_policy()
+        self.normalizer.update(self.obs)
+        self.shared.normalizer.publish(self.normalizer)
+        warming = c[C.ACTOR_STEPS] - c[C.A0] < c[C.WARMUP]
+        if warming and self.random_warmup:
+            action = torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
+        else:
+            action = self.algo.explore(self.acting_policy, self.normalizer(self.obs), self.noise_std)
+        next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
+        c[C.ENV_STEPS] += self.env.num_envs
+        self._track_episodes(reward, terminated | truncated)
+        transition = self.window.push(self.obs, action, reward, terminated, truncated, info["final_obs"])
+        self.obs = next_obs
+        self.local_steps += 1
+        if transition is None:
+            return
+        slot = int(c[C.ACTOR_STEPS]) % self.shared.ring_slots
+        for k, v in transition.items():
+            self.shared.ring[k][slot].copy_(v)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        self.ctrl.advance(C.ACTOR_STEPS)
+
+    def _track_episodes(self, reward, done) -> None:
+        self.ep_return += reward
+        self.ep_length += 1
+        d = done.float()
+        self.finished += torch.stack([(self.ep_return * d).sum(), (self.ep_length * d).sum(), d.sum()])
+        self.ep_return *= 1 - d
+        self.ep_length *= 1 - d
+        if self.local_steps % STATS_EVERY == 0:
+            ret, length, count = self.finished.tolist()
+            if count > 0:
+                self.shared.stats[S.TRAIN_RETURN] = ret / count
+                self.shared.stats[S.TRAIN_LENGTH] = length / count
+                self.shared.counters[C.EPISODES] += int(count)
+                self.finished.zero_()
+
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "normalizer": self.normalizer.state_dict(),
+                "window": self.window.state_dict(), "obs": self.obs.cpu(),
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.acting_policy = inference_copy(self.policy, self.cfg.actor.precision)
+        self.normalizer.load_state_dict(state["normalizer"])
+        self.generator.set_state(state["generator"])
+        # The env restarts its episodes on resume, so the pre-checkpoint window is not continued.

@@ -1,0 +1,119 @@
+"""Process mode: one process per role (spawn), supervised by the main process.
+
+The main process evaluates, logs and writes checkpoints while it watches the roles. If a role
+raises or dies, every role is stopped, the cause is reported and the run exits non-zero within
+seconds; children also die with the main process (PR_SET_PDEATHSIG), so none is orphaned.
+"""
+from __future__ import annotations
+
+import io
+import os
+import queue
+import signal
+import time
+
+import torch
+import torch.multiprocessing as mp
+
+from pql.runtime.control import C
+from pql.runtime.roles import ROLE_NAMES, ctrl_notify, role_main
+
+POLL_S = 0.1
+STOP_GRACE_S = 3.0
+
+
+class RoleFailure(RuntimeError):
+    """A role raised or died; str() names the role and the cause."""
+
+
+def role_threads(cfg) -> int:
+    if cfg.runtime.torch_threads:
+        return cfg.runtime.torch_threads
+    return max(1, (os.cpu_count() or 1) // len(ROLE_NAMES)) if cfg.runtime.device == "cpu" else 1
+
+
+class ProcessRuntime:
+    def __init__(self, cfg, shared, obs_dim: int, act_dim: int, resume: dict | None, ctx):
+        self.cfg, self.shared, self.resume = cfg, shared, resume
+        self.procs = {}
+        threads = role_threads(cfg)
+        for name in ROLE_NAMES:
+            self.procs[name] = ctx.Process(target=role_main, name=f"pql-{name}", daemon=True,
+                                           args=(name, cfg, shared, obs_dim, act_dim, resume, threads))
+        self.parts: dict[int, dict] = {}
+
+    def start(self) -> None:
+        for p in self.procs.values():
+            p.start()
+
+    def check(self) -> None:
+        """Raise RoleFailure if any role reported an error or is no longer alive."""
+        try:
+            name, tb = self.shared.errors.get_nowait()
+            raise RoleFailure(f"role {name} failed:\n{tb.rstrip()}")
+        except queue.Empty:
+            pass
+        for name, p in self.procs.items():
+            if not p.is_alive():
+                try:  # a role that raised exits right after queueing its traceback
+                    name_, tb = self.shared.errors.get(timeout=1.0)
+                    raise RoleFailure(f"role {name_} failed:\n{tb.rstrip()}")
+                except queue.Empty:
+                    pass
+                code = p.exitcode
+                cause = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+                raise RoleFailure(f"role {name} died ({cause})")
+
+    def checkpoint(self, path: str, save) -> None:
+        """Ask every role for its state, wait (supervising) until all three answered, save."""
+        c = self.shared.counters
+        c[C.CKPT_REQUEST] += 1
+        request = int(c[C.CKPT_REQUEST])
+        counters = c.clone()
+        ctrl_notify(self.shared)
+        parts = {}
+        while len(parts) < len(ROLE_NAMES):
+            self.check()
+            try:
+                req, name, blob = self.shared.checkpoint_parts.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if req == request:
+                parts[name] = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+        save(path, parts, counters)
+
+    def stop(self) -> None:
+        """Stop every role: ask, then terminate, then kill; never leaves a child behind."""
+        self.shared.counters[C.STOP] = 1
+        ctrl_notify(self.shared)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in self.procs.values():
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        for p in self.procs.values():
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=1.0)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def run_processes(cfg, shared, monitor, obs_dim: int, act_dim: int, resume: dict | None, save) -> None:
+    """Run until the actor reaches the step budget (or time runs out), then write the final
+    checkpoint and stop. Raises RoleFailure if a role fails."""
+    ctx = mp.get_context("spawn")
+    runtime = ProcessRuntime(cfg, shared, obs_dim, act_dim, resume, ctx)
+    monitor.save_checkpoint = lambda path: runtime.checkpoint(path, save)
+    runtime.start()
+    try:
+        while not int(shared.counters[C.ACTOR_DONE]):
+            runtime.check()
+            if monitor.out_of_time():
+                shared.counters[C.ACTOR_DONE] = 1
+                break
+            monitor.tick()
+            time.sleep(POLL_S)
+        runtime.check()
+        monitor.tick(final=True)
+    finally:
+        runtime.stop()

@@ -1,0 +1,89 @@
+"""The main process's view of a run: rates, measured ratios, evaluation, logging and the
+checkpoint schedule. Used identically by the process and the sequential runtime."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from pql.evaluate import evaluate
+from pql.nets import ObsNormalizer
+from pql.runtime.control import C, S
+
+
+class Monitor:
+    def __init__(self, cfg, shared, eval_env, algo, logger, device, save_checkpoint):
+        """save_checkpoint(path) -> None writes a complete checkpoint (mode-specific)."""
+        self.cfg, self.shared, self.eval_env, self.logger = cfg, shared, eval_env, logger
+        self.save_checkpoint = save_checkpoint
+        self.policy = algo.make_policy().to(device).requires_grad_(False)
+        self.normalizer = ObsNormalizer(eval_env.obs_dim).to(device)
+        self.start = time.monotonic()
+        c = shared.counters
+        self.next_eval = int(c[C.ENV_STEPS]) + cfg.runtime.eval_every
+        self.next_checkpoint = int(c[C.ENV_STEPS]) + cfg.runtime.checkpoint_every
+        self.last_log_time = self.start
+        self.last_counts = self._counts()
+        self.last_eval: dict = {}
+
+    def _counts(self) -> torch.Tensor:
+        c = self.shared.counters
+        return torch.stack([c[C.ENV_STEPS], c[C.CRITIC_UPDATES], c[C.POLICY_UPDATES], c[C.ACTOR_STEPS]]).double()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def out_of_time(self) -> bool:
+        limit = self.cfg.runtime.max_time_s
+        return limit is not None and self.elapsed() >= limit
+
+    def scalars(self) -> dict:
+        c, s = self.shared.counters, self.shared.stats
+        now = time.monotonic()
+        counts = self._counts()
+        rates = (counts - self.last_counts) / max(now - self.last_log_time, 1e-9)
+        self.last_counts, self.last_log_time = counts, now
+        actor_steps = int(c[C.ACTOR_STEPS] - c[C.A0] - c[C.WARMUP])
+        critic = int(c[C.CRITIC_UPDATES] - c[C.V0])
+        policy = int(c[C.POLICY_UPDATES] - c[C.P0])
+        out = {
+            "perf/env_steps_per_s": float(rates[0]),
+            "updates_per_s/actor": float(rates[3]),
+            "updates_per_s/v_learner": float(rates[1]),
+            "updates_per_s/p_learner": float(rates[2]),
+            "ratio/beta_av": critic / actor_steps if actor_steps > 0 else 0.0,
+            "ratio/beta_pv": critic / policy if policy > 0 else 0.0,
+            "loss/critic": float(s[S.CRITIC_LOSS]),
+            "loss/policy": float(s[S.POLICY_LOSS]),
+            "critic/q": float(s[S.Q_MEAN]),
+            "policy/version_lag": float(s[S.POLICY_VERSION_LAG]),
+            "train/return": float(s[S.TRAIN_RETURN]),
+            "train/length": float(s[S.TRAIN_LENGTH]),
+            "train/episodes": float(c[C.EPISODES]),
+        }
+        out.update(self.last_eval)
+        return out
+
+    def run_eval(self) -> dict:
+        self.shared.policy.pull(self.policy)
+        self.shared.normalizer.pull(self.normalizer)
+        ret, length = evaluate(self.eval_env, self.policy, self.normalizer)
+        self.last_eval = {"eval/return": ret, "eval/length": length}
+        return self.last_eval
+
+    def tick(self, final: bool = False) -> None:
+        """Evaluate, checkpoint and log whatever is due at the current env step count."""
+        env_steps = int(self.shared.counters[C.ENV_STEPS])
+        if env_steps >= self.next_eval or final:
+            self.logger.log(env_steps, self.run_eval())
+            self.next_eval = env_steps + self.cfg.runtime.eval_every
+        if env_steps >= self.next_checkpoint or final:
+            self.save_checkpoint(self.checkpoint_path())
+            self.next_checkpoint = env_steps + self.cfg.runtime.checkpoint_every
+        if time.monotonic() - self.last_log_time >= self.cfg.runtime.log_every_s or final:
+            scalars = self.scalars()
+            self.logger.log(env_steps, scalars)
+            self.logger.progress(env_steps, scalars)
+
+    def checkpoint_path(self) -> str:
+        return f"{self.cfg.run_dir}/checkpoint.pt"
