@@ -45,4 +45,13 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    import os
+
+    from pql.cli import check_overrides
+
+    try:
+        check_overrides(sys.argv[1:], os.path.join(os.path.dirname(os.path.abspath(__file__)), "cfg"))
+    except ConfigError as e:
+        print(f"pql: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
     main()

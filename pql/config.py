@@ -158,6 +158,7 @@ class RuntimeConfig:
     seed: int = _opt(0, "an integer >= 0", _non_negative)
     max_env_steps: int = _opt(2_000_000, "an integer > 0", _positive)
     max_time_s: Optional[float] = _opt(None, "a number > 0 (null: no wall-time limit)", _positive)
+    stop_at_return: Optional[float] = _opt(None, "a number or null (stop once an evaluation reaches it)")
     eval_every: int = _opt(100_000, "an integer > 0 (env steps between evaluations)", _positive)
     checkpoint_every: int = _opt(500_000, "an integer > 0 (env steps between checkpoints)", _positive)
     policy_sync_every: int = _opt(1, "an integer >= 1 (policy updates between publications and actor steps between copies)", lambda v: v >= 1)

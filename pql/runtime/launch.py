@@ -45,6 +45,7 @@ class ProcessRuntime:
     def start(self) -> None:
         for p in self.procs.values():
             p.start()
+        print("pql: roles started: " + " ".join(f"{n}={p.pid}" for n, p in self.procs.items()), flush=True)
 
     def check(self) -> None:
         """Raise RoleFailure if any role reported an error or is no longer alive."""
@@ -108,7 +109,7 @@ def run_processes(cfg, shared, monitor, obs_dim: int, act_dim: int, resume: dict
     try:
         while not int(shared.counters[C.ACTOR_DONE]):
             runtime.check()
-            if monitor.out_of_time():
+            if monitor.should_stop():
                 shared.counters[C.ACTOR_DONE] = 1
                 break
             monitor.tick()

@@ -25,6 +25,8 @@ class Monitor:
         self.last_log_time = self.start
         self.last_counts = self._counts()
         self.last_eval: dict = {}
+        self.last_eval_step = -1
+        self.solved = False  # an evaluation reached runtime.stop_at_return
 
     def _counts(self) -> torch.Tensor:
         c = self.shared.counters
@@ -33,9 +35,10 @@ class Monitor:
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
-    def out_of_time(self) -> bool:
+    def should_stop(self) -> bool:
+        """Out of wall time, or solved (runtime.max_time_s, runtime.stop_at_return)."""
         limit = self.cfg.runtime.max_time_s
-        return limit is not None and self.elapsed() >= limit
+        return self.solved or (limit is not None and self.elapsed() >= limit)
 
     def scalars(self) -> dict:
         c, s = self.shared.counters, self.shared.stats
@@ -60,8 +63,8 @@ class Monitor:
             "train/return": float(s[S.TRAIN_RETURN]),
             "train/length": float(s[S.TRAIN_LENGTH]),
             "train/episodes": float(c[C.EPISODES]),
+            "time/elapsed_s": self.elapsed(),
         }
-        out.update(self.last_eval)
         return out
 
     def run_eval(self) -> dict:
@@ -74,9 +77,13 @@ class Monitor:
     def tick(self, final: bool = False) -> None:
         """Evaluate, checkpoint and log whatever is due at the current env step count."""
         env_steps = int(self.shared.counters[C.ENV_STEPS])
-        if env_steps >= self.next_eval or final:
+        if env_steps >= self.next_eval or (final and env_steps != self.last_eval_step):
             self.logger.log(env_steps, self.run_eval())
+            self.last_eval_step = env_steps
             self.next_eval = env_steps + self.cfg.runtime.eval_every
+            target = self.cfg.runtime.stop_at_return
+            if target is not None and self.last_eval["eval/return"] >= target:
+                self.solved = True
         if env_steps >= self.next_checkpoint or final:
             self.save_checkpoint(self.checkpoint_path())
             self.next_checkpoint = env_steps + self.cfg.runtime.checkpoint_every

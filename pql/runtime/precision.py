@@ -7,15 +7,20 @@ import torch
 from torch import nn
 
 
-class _Bf16Policy(nn.Module):
-    """Runs a bf16 copy of the policy; takes and returns float32 so callers are unchanged."""
+def _cast_io(module: nn.Module, dtype: torch.dtype) -> None:
+    """Run `module` in `dtype`, taking and returning float32 so its callers are unchanged."""
+    module.to(dtype)
+    module.register_forward_pre_hook(lambda _, args: tuple(a.to(dtype) for a in args))
+    module.register_forward_hook(lambda _, args, out: out.float())
 
-    def __init__(self, policy: nn.Module):
-        super().__init__()
-        self.inner = copy.deepcopy(policy).to(torch.bfloat16)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.inner(obs.to(torch.bfloat16)).float()
+def _bf16_copy(policy: nn.Module) -> nn.Module:
+    """A copy whose sub-networks run in bf16. Parameters held directly by the policy (SAC's
+    log_alpha) stay float32, and every method of the policy (forward, SAC's sample) still works."""
+    bf16 = copy.deepcopy(policy)
+    for child in bf16.children():
+        _cast_io(child, torch.bfloat16)
+    return bf16
 
 
 def inference_copy(policy: nn.Module, precision: str) -> nn.Module:
@@ -24,7 +29,7 @@ def inference_copy(policy: nn.Module, precision: str) -> nn.Module:
     if precision == "fp32":
         return policy
     if precision == "bf16":
-        return _Bf16Policy(policy)
+        return _bf16_copy(policy)
     if next(policy.parameters()).device.type != "cpu":
         raise ValueError("actor.precision=int8 runs on CPU only; use bf16 on CUDA")
     return torch.ao.quantization.quantize_dynamic(copy.deepcopy(policy), {nn.Linear}, dtype=torch.qint8)

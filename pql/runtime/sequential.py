@@ -25,7 +25,7 @@ def run_sequential(cfg, shared, monitor, algo, obs_dim: int, act_dim: int, resum
 
     monitor.save_checkpoint = write
     steps = 0
-    while not monitor.out_of_time():
+    while not monitor.should_stop():
         if actor.ready():
             actor.step()
             steps += 1

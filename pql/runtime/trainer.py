@@ -76,7 +76,7 @@ def train(cfg) -> dict:
             run_processes(cfg, shared, monitor, obs_dim, act_dim, resume, save)
     finally:
         logger.close()
-    final = monitor.scalars()
+    final = {**monitor.scalars(), **monitor.last_eval}
     print(f"pql: done: {int(c[C.ENV_STEPS]):,} env steps in {monitor.elapsed():.0f}s, "
           f"eval return {final.get('eval/return', float('nan')):.2f}; run dir {cfg.run_dir}", flush=True)
     return final

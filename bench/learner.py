@@ -1,0 +1,167 @@
+"""How fast each PQL role runs alone, and all three together at the configured ratios.
+
+    python bench/learner.py [--task Ant] [--device auto] [--batch-size 8192] [--seconds 10]
+
+Prints critic updates/s and policy updates/s at the given batch with the default networks, the
+actor's env steps/s, and the three roles running together (process mode) with the measured
+ratios and the efficiency: together env steps/s over what the slowest role alone allows
+(min(actor alone, critic alone · num_envs / beta_av, policy alone · beta_pv · num_envs / beta_av)).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pql.algos import make_off_policy  # noqa: E402
+from pql.algos.common import soft_update  # noqa: E402
+from pql.config import apply_device_defaults, load_config  # noqa: E402
+from pql.runtime.control import C  # noqa: E402
+from pql.runtime.roles import build_role, make_controller  # noqa: E402
+from pql.runtime.shared import make_shared_state  # noqa: E402
+from pql.nets import ObsNormalizer  # noqa: E402
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device, seconds: float, warmup: int = 3) -> float:
+    """Calls of fn per second, measured for about `seconds` after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+        calls += 1
+    synchronize(device)
+    return calls / (time.perf_counter() - start)
+
+
+def random_batch(batch_size: int, obs_dim: int, act_dim: int, device) -> dict:
+    return {"obs": torch.randn(batch_size, obs_dim, device=device),
+            "action": torch.rand(batch_size, act_dim, device=device) * 2 - 1,
+            "reward": torch.randn(batch_size, device=device),
+            "next_obs": torch.randn(batch_size, obs_dim, device=device),
+            "discount": torch.full((batch_size,), 0.97, device=device)}
+
+
+def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tuple[float, float]:
+    """Critic and policy updates/s of the real update rules on random batches."""
+    algo = make_off_policy(cfg.algo, obs_dim, act_dim)
+    critic, policy = algo.make_critic().to(device), algo.make_policy().to(device)
+    target = copy.deepcopy(critic).requires_grad_(False)
+    critic_opt = torch.optim.Adam(critic.parameters(), lr=cfg.algo.critic_lr)
+    policy_opt = torch.optim.Adam(algo.policy_optim_params(policy))
+    batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device)
+    weights = torch.ones(cfg.algo.batch_size, device=device)
+
+    def critic_update():
+        loss, _, _ = algo.critic_loss(critic, target, policy, batch, weights)
+        critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        critic_opt.step()
+        soft_update(target, critic, cfg.algo.tau)
+
+    def policy_update():
+        loss, _ = algo.policy_loss(policy, critic, batch["obs"])
+        policy_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        policy_opt.step()
+
+    return timed(critic_update, device, seconds), timed(policy_update, device, seconds)
+
+
+def actor_rate(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> float:
+    """Env steps/s of the real actor role (policy inference, exploration, n-step folding,
+    staging) with nothing consuming its output but this loop."""
+    algo = make_off_policy(cfg.algo, obs_dim, act_dim)
+    shared = make_shared_state(cfg.task.num_envs, obs_dim, act_dim, device, 4, algo.make_policy(),
+                               algo.make_critic(), ObsNormalizer(obs_dim))
+    shared.counters[C.WARMUP] = 0
+    cfg.runtime.max_env_steps = 10 ** 15
+    ctrl = make_controller(cfg, shared)
+    ctrl.max_lag = 10 ** 12  # no learner runs here: let the actor go
+    actor = build_role("actor", cfg, shared, algo, device, ctrl, obs_dim, act_dim, fresh_start=False)
+
+    def step():
+        actor.step()
+        shared.counters[C.CONSUMED_V] = shared.counters[C.CONSUMED_P] = shared.counters[C.ACTOR_STEPS]
+
+    return timed(step, device, seconds) * cfg.task.num_envs
+
+
+def together(overrides: list[str], seconds: float) -> dict:
+    """Run train.py in process mode for `seconds` and read the measured rates off metrics.csv."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as run_dir:
+        cmd = [sys.executable, os.path.join(root, "train.py"), *overrides, "runtime.mode=process",
+               f"runtime.max_time_s={seconds}", "runtime.max_env_steps=1000000000000", "runtime.log_every_s=2",
+               "runtime.eval_every=1000000000000", "runtime.checkpoint_every=1000000000000",
+               f"hydra.run.dir={run_dir}"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        with open(os.path.join(run_dir, "metrics.csv")) as f:
+            rows = [r for r in csv.DictReader(f) if r.get("perf/env_steps_per_s")]
+    # The first rows include process start-up and the warm-up; average the steady second half.
+    steady = rows[len(rows) // 2:-1] or rows
+    mean = lambda k: sum(float(r[k]) for r in steady) / len(steady)  # noqa: E731
+    return {k: mean(k) for k in ("perf/env_steps_per_s", "updates_per_s/v_learner", "updates_per_s/p_learner",
+                                 "ratio/beta_av", "ratio/beta_pv")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="Ant")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--batch-size", type=int, default=8192)
+    parser.add_argument("--num-envs", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+
+    import tasks
+
+    raw = {"task": {"name": args.task, "num_envs": args.num_envs}, "algo": {"name": "pql", "batch_size": args.batch_size},
+           "runtime": {"device": args.device}, "run_dir": tempfile.gettempdir()}
+    cfg = load_config(raw)
+    device = apply_device_defaults(cfg)
+    probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
+    obs_dim, act_dim = probe.obs_dim, probe.act_dim
+    probe.close()
+    threads = torch.get_num_threads()
+
+    critic, policy = learner_rates(cfg, obs_dim, act_dim, device, args.seconds)
+    actor = actor_rate(cfg, obs_dim, act_dim, device, args.seconds)
+    n, bav, bpv = cfg.task.num_envs, cfg.algo.beta_av, cfg.algo.beta_pv
+    bound = min(actor, critic * n / bav, policy * bpv * n / bav)
+    overrides = [f"task={args.task}", f"task.num_envs={n}", f"algo.batch_size={args.batch_size}",
+                 f"runtime.device={cfg.runtime.device}"]
+    run = together(overrides, max(30.0, 3 * args.seconds))
+
+    print(f"\n{args.task}, device {device}, num_envs {n}, batch {args.batch_size}, β_a:v 1:{bav}, β_p:v 1:{bpv}, "
+          f"torch threads {threads} (alone) / shared by 3 roles (together)")
+    print(f"{'':28}{'env steps/s':>14}{'critic upd/s':>14}{'policy upd/s':>14}")
+    print(f"{'critic alone':28}{'':>14}{critic:>14.1f}{'':>14}")
+    print(f"{'policy alone':28}{'':>14}{'':>14}{policy:>14.1f}")
+    print(f"{'actor alone':28}{actor:>14.0f}")
+    print(f"{'bound from slowest alone':28}{bound:>14.0f}")
+    print(f"{'all three together':28}{run['perf/env_steps_per_s']:>14.0f}{run['updates_per_s/v_learner']:>14.1f}"
+          f"{run['updates_per_s/p_learner']:>14.1f}")
+    print(f"measured ratios together: critic/actor step {run['ratio/beta_av']:.2f} (target {bav}), "
+          f"critic/policy {run['ratio/beta_pv']:.2f} (target {bpv})")
+    print(f"efficiency together / bound: {run['perf/env_steps_per_s'] / bound:.0%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Atomic checkpoints and the RNG state that makes a resumed run continue the same streams.
+
+A checkpoint is `torch.save` of `{"format": "pql-checkpoint", "version": N, "state": state}`.
+It is written to a temporary file in the destination's directory, fsynced, then renamed over
+the destination: `os.replace` within one file system is atomic, so a crash at any point leaves
+either the previous checkpoint or the new one at `path`, never a truncated file.
+
+Loading uses `torch.load(weights_only=True)`: a checkpoint may hold tensors, numbers, strings,
+None and lists/tuples/dicts of these (what `state_dict()` returns), and loading one never runs
+pickled code.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import random
+import uuid
+
+import numpy as np
+import torch
+
+FORMAT = "pql-checkpoint"
+VERSION = 1
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    """Write `state` to `path` atomically (creating the directory if needed).
+
+    Raises TypeError, before writing anything, if `state` holds an object a weights_only load
+    would refuse, so a run learns at its first checkpoint, not at resume, that it cannot resume.
+    """
+    _check_plain(state, "")
+    path = os.path.abspath(os.fspath(path))
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    # A hidden name in the same directory: the rename must not cross file systems, and a glob
+    # for checkpoints must not pick up a half-written one.
+    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            torch.save({"format": FORMAT, "version": VERSION, "state": state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # KeyboardInterrupt too: never leave the temporary file behind
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    _fsync_directory(directory)
+
+
+# Exact types: subclasses (numpy float64, IntEnum, namedtuple, defaultdict) pickle as their own
+# class, which the weights_only loader refuses.
+_PLAIN_LEAVES = (str, bytes, int, float, complex, bool, type(None))
+_TORCH_LEAVES = (torch.Tensor, torch.Size, torch.dtype, torch.device)
+
+
+def _check_plain(obj, where: str) -> None:
+    if type(obj) in _PLAIN_LEAVES or isinstance(obj, _TORCH_LEAVES):
+        return
+    if type(obj) in (dict, collections.OrderedDict):
+        for key, value in obj.items():
+            _check_plain(key, f"{where} (a key)")
+            _check_plain(value, f"{where}[{key!r}]")
+    elif type(obj) in (list, tuple, set):
+        for i, value in enumerate(obj):
+            _check_plain(value, f"{where}[{i}]")
+    else:
+        raise TypeError(f"checkpoint state{where} is a {type(obj).__module__}.{type(obj).__qualname__}; a checkpoint "
+                        "holds only tensors, numbers, strings, None and dicts/lists/tuples of these: convert it "
+                        "(e.g. .item(), .tolist(), dataclasses.asdict())")
+
+
+def _fsync_directory(directory: str) -> None:
+    # The rename is durable across a power loss only once the directory entry is on disk.
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
+    """Return the `state` dict saved by `save_checkpoint`; tensors are moved to `map_location`."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        data = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} is not a readable pql checkpoint: {reason}") from e
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a pql checkpoint (no '{FORMAT}' format marker)")
+    if data.get("version") != VERSION:
+        raise ValueError(f"{path} is a pql checkpoint of format version {data.get('version')!r}; "
+                         f"this pql reads version {VERSION}")
+    return data["state"]
+
+
+def rng_state() -> dict:
+    """The RNG state of this process: Python `random`, NumPy's global RNG, torch CPU and CUDA.
+
+    Only tensors, numbers and tuples, so a checkpoint holding it loads with weights_only=True.
+    """
+    np_state = np.random.get_state(legacy=False)
+    state = {
+        "python": random.getstate(),
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["torch_cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what `rng_state` returned (possibly after a save/load round trip)."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = state["numpy"]
+    np.random.set_state({
+        "bit_generator": np_state["bit_generator"],
+        "state": {"key": np_state["key"].cpu().numpy().astype(np.uint32), "pos": np_state["pos"]},
+        "has_gauss": np_state["has_gauss"],
+        "gauss": np_state["gauss"],
+    })
+    torch.set_rng_state(state["torch"].cpu())
+    # A CUDA run resumed on a machine without CUDA has no CUDA streams to restore; the CPU ones
+    # still are. With fewer GPUs than were saved, the first ones are restored.
+    if "torch_cuda" in state and torch.cuda.is_available():
+        cuda_states = [s.cpu() for s in state["torch_cuda"]][: torch.cuda.device_count()]
+        for device, s in enumerate(cuda_states):
+            torch.cuda.set_rng_state(s, device)

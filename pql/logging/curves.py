@@ -1,0 +1,36 @@
+"""Return-vs-env-steps and return-vs-wall-time panels, for one run or several."""
+from __future__ import annotations
+
+import numpy as np
+# Figure without pyplot renders with Agg and touches no global backend state, so drawing works
+# on a headless machine and inside a process that uses another backend.
+from matplotlib.figure import Figure
+
+
+def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str, out_path: str,
+                title: str | None = None) -> None:
+    """Draw `key` against env_steps (left) and wall_time_s (right) for each (label, metrics).
+
+    `metrics` is what `read_metrics` returns; rows where `key` is empty are skipped. A label of
+    None draws no legend entry.
+    """
+    max_wall = max(float(np.nanmax(m["wall_time_s"], initial=0.0)) for _, m in curves)
+    unit, scale = next((u, s) for u, s, limit in (("s", 1.0, 120.0), ("min", 60.0, 7200.0), ("h", 3600.0, np.inf))
+                       if max_wall < limit)
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax_steps, ax_time = fig.subplots(1, 2, sharey=True)
+    for label, metrics in curves:
+        y = metrics[key]
+        has = np.isfinite(y)
+        ax_steps.plot(metrics["env_steps"][has], y[has], marker=".", label=label)
+        ax_time.plot(metrics["wall_time_s"][has] / scale, y[has], marker=".", label=label)
+    ax_steps.set_xlabel("env steps")
+    ax_steps.set_ylabel(key)
+    ax_time.set_xlabel(f"wall time ({unit})")
+    for ax in (ax_steps, ax_time):
+        ax.grid(alpha=0.3)
+    if any(label is not None for label, _ in curves):
+        ax_time.legend(fontsize="small")
+    if title:
+        fig.suptitle(title)
+    fig.savefig(out_path, dpi=120)

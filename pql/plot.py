@@ -1,0 +1,116 @@
+"""Compare runs: `python -m pql.plot RUN_DIR [RUN_DIR ...] [--out FILE] [--key eval/return]`.
+
+Draws one figure with `key` against env steps and against wall time for every run. A RUN_DIR
+is a run directory (it has metrics.csv) or a Hydra multirun directory (its numbered
+subdirectories are the runs). Each run is labelled by the Hydra overrides
+(`RUN_DIR/.hydra/overrides.yaml`) that differ across the runs, e.g. `algo.beta_pv=4`; the
+overrides they share become the title. A run without overrides is labelled by its directory.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import yaml
+
+from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
+from pql.logging.curves import plot_curves
+
+
+class PlotError(Exception):
+    """A problem with the inputs; its message is the one line shown to the user."""
+
+
+def find_runs(paths: list[str]) -> list[tuple[str, bool]]:
+    """(run directory, found inside a multirun directory) for each run the paths name."""
+    runs = []
+    for path in paths:
+        if not os.path.isdir(path):
+            raise PlotError(f"{path}: no such directory")
+        if os.path.isfile(os.path.join(path, METRICS_CSV)):
+            runs.append((path, False))
+            continue
+        numbered = sorted((d for d in os.listdir(path)
+                           if d.isdigit() and os.path.isfile(os.path.join(path, d, METRICS_CSV))), key=int)
+        if not numbered:
+            raise PlotError(f"{path} has no {METRICS_CSV}, and no numbered run directories (a Hydra multirun) with one")
+        runs += [(os.path.join(path, d), True) for d in numbered]
+    return runs
+
+
+def load_curves(runs: list[tuple[str, bool]], key: str) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """(run directory, metrics) of the runs that logged `key`.
+
+    A run named on the command line must have `key`; one found inside a multirun directory
+    without it (still starting, or crashed early) is skipped with a note, so the rest of the
+    sweep can still be compared.
+    """
+    curves = []
+    for run_dir, in_multirun in runs:
+        metrics = read_metrics(os.path.join(run_dir, METRICS_CSV))
+        if key in metrics and np.isfinite(metrics[key]).any():
+            curves.append((run_dir, metrics))
+            continue
+        problem = f"{os.path.join(run_dir, METRICS_CSV)} has no {key!r} values"
+        if not in_multirun:
+            raise PlotError(problem)
+        print(f"pql.plot: skipping {run_dir}: {problem}", file=sys.stderr)
+    if not curves:
+        raise PlotError(f"none of the runs has {key!r} values")
+    return curves
+
+
+def labels_and_title(run_dirs: list[str]) -> tuple[list[str], str | None]:
+    """A label per run (the overrides that differ across runs) and a title (those they share)."""
+    overrides = [_read_overrides(d) for d in run_dirs]
+    keys = list(dict.fromkeys(k for o in overrides for k in o))
+    differing = {k for k in keys if len({o.get(k) for o in overrides}) > 1}
+    labels = [", ".join(o[k] for k in keys if k in differing and k in o) or _name(d)
+              for d, o in zip(run_dirs, overrides)]
+    # Runs with the same overrides (a repeated launch) still need telling apart.
+    labels = [f"{label} ({_name(d)})" if labels.count(label) > 1 else label for label, d in zip(labels, run_dirs)]
+    shared = [overrides[0][k] for k in keys if k not in differing]
+    return labels, ", ".join(shared) or None
+
+
+def _read_overrides(run_dir: str) -> dict[str, str]:
+    """{key: "key=value"} from Hydra's overrides.yaml; {} when the run has none."""
+    path = os.path.join(run_dir, ".hydra", "overrides.yaml")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        items = yaml.safe_load(f) or []
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise PlotError(f"{path} is not a list of overrides like [\"task=Ant\", \"algo.beta_pv=2\"]")
+    return {i.split("=", 1)[0]: i for i in items}
+
+
+def _name(run_dir: str) -> str:
+    return os.path.basename(os.path.normpath(run_dir))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pql.plot", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories or Hydra multirun directories")
+    parser.add_argument("--key", default=EVAL_RETURN, help=f"the logged scalar to plot (default {EVAL_RETURN})")
+    parser.add_argument("--out", help="PNG to write (default: compare_<key>.png in RUN_DIR if one was given, "
+                                      "else in the current directory)")
+    args = parser.parse_args(argv)
+    out = args.out or os.path.join(args.run_dirs[0] if len(args.run_dirs) == 1 else ".",
+                                   f"compare_{args.key.replace('/', '_')}.png")
+    try:
+        curves = load_curves(find_runs(args.run_dirs), args.key)
+        labels, title = labels_and_title([d for d, _ in curves])
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        plot_curves([(label, m) for label, (_, m) in zip(labels, curves)], args.key, out, title=title)
+    except (PlotError, OSError) as e:
+        print(f"pql.plot: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""RunLogger on real files: TensorBoard events, metrics.csv with late keys, the PNG, wandb offline."""
+import csv
+import glob
+import json
+import os
+import sys
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from pql.logging import EVAL_RETURN, RunLogger, WandbSettings
+from pql.logging.console import format_progress
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _rows(run_dir):
+    with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_csv_tensorboard_and_learning_curve(tmp_path):
+    run_dir = tmp_path / "run"
+    logger = RunLogger(run_dir, {"task": {"name": "Ant"}, "hidden": (256, 256)}, total_env_steps=3000)
+    logger.log(1000, {"loss/critic": 0.5})
+    logger.log(2000, {"loss/critic": 0.25, EVAL_RETURN: 10.0})  # a key that first appears late
+    logger.log(3000, {EVAL_RETURN: 20.0})
+    # Rows are on disk before close: a crash now loses nothing.
+    rows = _rows(run_dir)
+    assert list(rows[0]) == ["env_steps", "wall_time_s", "loss/critic", EVAL_RETURN]
+    assert [(r["env_steps"], r["loss/critic"], r[EVAL_RETURN]) for r in rows] == [
+        ("1000", "0.5", ""), ("2000", "0.25", "10.0"), ("3000", "", "20.0")]
+    assert all(float(r["wall_time_s"]) >= 0 for r in rows)
+    logger.close()
+    logger.close()  # idempotent: a `finally` may close again
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars(EVAL_RETURN)] == [(2000, 10.0), (3000, 20.0)]
+    assert json.loads((run_dir / "config.json").read_text())["hidden"] == [256, 256]
+    png = (run_dir / "learning_curve.png").read_bytes()
+    assert png.startswith(PNG_SIGNATURE) and len(png) > 1000
+
+
+def test_resume_appends_and_continues_wall_time(tmp_path):
+    with RunLogger(tmp_path, {}, total_env_steps=100) as logger:
+        logger.log(10, {"loss/critic": 1.0})
+    with RunLogger(tmp_path, {}, total_env_steps=100) as logger:
+        logger.log(20, {"loss/actor": 2.0})
+    rows = _rows(tmp_path)
+    assert [r["env_steps"] for r in rows] == ["10", "20"]
+    assert float(rows[1]["wall_time_s"]) >= float(rows[0]["wall_time_s"])
+    assert rows[0]["loss/actor"] == "" and rows[1]["loss/actor"] == "2.0"
+
+
+def test_bad_scalars_are_named(tmp_path):
+    with RunLogger(tmp_path, {}, total_env_steps=100) as logger:
+        with pytest.raises(TypeError, match="'loss/critic'"):
+            logger.log(1, {"loss/critic": "high"})
+        with pytest.raises(ValueError, match="reserved"):
+            logger.log(1, {"env_steps": 1})
+
+
+def test_progress_is_throttled_and_remembers_the_last_eval(tmp_path, capsys):
+    with RunLogger(tmp_path, {}, total_env_steps=1000, progress_every_s=3600) as logger:
+        logger.log(100, {EVAL_RETURN: 42.0})
+        logger.progress(100, {"loss/critic": 0.5})
+        logger.progress(200, {"loss/critic": 0.4})  # within the interval: not printed
+    lines = [line for line in capsys.readouterr().out.splitlines() if "steps/s" in line]
+    assert len(lines) == 1
+    assert "100/1.00k steps 10.0%" in lines[0] and "return 42.0" in lines[0] and "loss critic 0.5" in lines[0]
+
+
+def test_progress_line():
+    line = format_progress(1_200_000, 2_000_000, 40_000.0, 30.0, {
+        "updates_per_s/v_learner": 5200.0, "updates_per_s/p_learner": 2600.0,
+        "ratio/beta_av": 8.0, "ratio/beta_pv": 2.004, EVAL_RETURN: 3512.44,
+        "loss/critic": 0.41234, "loss/actor": -61.3, "other/ignored": 1.0})
+    assert line == ("1.20M/2.00M steps 60.0% | 40.0k steps/s | upd/s v_learner 5.20k p_learner 2.60k | "
+                    "ratio beta_av 8.00 beta_pv 2.00 | return 3512.4 | loss critic 0.412 actor -61.3 | "
+                    "0:00:30 elapsed, 0:00:20 left")
+
+
+def test_wandb_settings_are_checked():
+    with pytest.raises(ValueError, match="wandb.mode='cloud'"):
+        WandbSettings(activate=True, mode="cloud")
+
+
+def test_wandb_is_imported_only_when_activated(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # makes `import wandb` fail, as if not installed
+    with RunLogger(tmp_path / "off", {}, total_env_steps=100, wandb=WandbSettings(activate=False)) as logger:
+        logger.log(1, {EVAL_RETURN: 1.0})
+    with pytest.raises(RuntimeError, match="wandb is not installed"):
+        RunLogger(tmp_path / "on", {}, total_env_steps=100, wandb=WandbSettings(activate=True))
+
+
+def test_wandb_offline_writes_a_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install wandb)")
+    wandb_dir = tmp_path / "wandb_dir"
+    wandb_dir.mkdir()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    settings = WandbSettings(activate=True, project="pql-test", mode="offline", group="g", name="n")
+    with RunLogger(tmp_path / "run", {"task": "Ant"}, total_env_steps=100, wandb=settings) as logger:
+        logger.log(50, {EVAL_RETURN: 1.0})
+    run_files = glob.glob(str(wandb_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(run_files) == 1
+    record = open(run_files[0], "rb").read()
+    assert b"eval/return" in record and b"env_steps" in record

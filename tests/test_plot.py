@@ -1,0 +1,61 @@
+"""`python -m pql.plot` on fake run directories, as Hydra lays them out."""
+import subprocess
+import sys
+
+from pql.plot import labels_and_title, main
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _fake_run(run_dir, overrides, returns):
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    rows = [f"{1000 * (i + 1)},{1.5 * (i + 1):.3f},{r}" for i, r in enumerate(returns)]
+    (run_dir / "metrics.csv").write_text("env_steps,wall_time_s,eval/return\n" + "\n".join(rows) + "\n")
+    return run_dir
+
+
+def test_two_runs_labelled_by_differing_overrides(tmp_path, capsys):
+    a = _fake_run(tmp_path / "a", ["task=Ant", "algo.beta_pv=2"], [1.0, 5.0, 9.0])
+    b = _fake_run(tmp_path / "b", ["task=Ant", "algo.beta_pv=4"], [2.0, 3.0])
+    assert labels_and_title([str(a), str(b)]) == (["algo.beta_pv=2", "algo.beta_pv=4"], "task=Ant")
+    out = tmp_path / "figs" / "cmp.png"
+    assert main([str(a), str(b), "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
+    assert str(out) in capsys.readouterr().out
+
+
+def test_multirun_directory_expands_to_its_runs(tmp_path, capsys):
+    sweep = tmp_path / "multirun"
+    _fake_run(sweep / "0", ["algo.beta_pv=2", "runtime.seed=0"], [1.0])
+    _fake_run(sweep / "1", ["algo.beta_pv=2", "runtime.seed=1"], [2.0])
+    _fake_run(sweep / "10", ["algo.beta_pv=8", "runtime.seed=0"], [3.0])
+    (sweep / "2").mkdir()  # a job that has not started: no metrics.csv
+    (sweep / "3").mkdir()
+    (sweep / "3" / "metrics.csv").write_text("env_steps,wall_time_s\n")  # started, nothing evaluated yet
+    assert main([str(sweep)]) == 0
+    captured = capsys.readouterr()
+    assert (sweep / "compare_eval_return.png").read_bytes().startswith(PNG_SIGNATURE)
+    assert "skipping" in captured.err and "3" in captured.err
+    labels, _ = labels_and_title([str(sweep / d) for d in ("0", "1", "10")])
+    assert labels == ["algo.beta_pv=2, runtime.seed=0", "algo.beta_pv=2, runtime.seed=1", "algo.beta_pv=8, runtime.seed=0"]
+
+
+def test_runs_without_overrides_use_directory_names(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    assert labels_and_title([str(tmp_path / "x"), str(tmp_path / "y")]) == (["x", "y"], None)
+
+
+def test_empty_metrics_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "metrics.csv").write_text("env_steps,wall_time_s\n")
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "has no 'eval/return' values" in err
+
+
+def test_bad_directory_exits_2_without_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "pql.plot", str(tmp_path / "missing")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"pql.plot: error: {tmp_path / 'missing'}: no such directory"
