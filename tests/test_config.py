@@ -32,7 +32,7 @@ BAD = [
     ("algo.beta_av=0", "algo.beta_av", ">= 1"),
     ("algo.beta_pv=1.5", "algo.beta_pv", ">= 1"),
     ("algo.batch_size=-8", "algo.batch_size", "> 0"),
-    ("algo.critic_lr=-1e-3", "algo.critic_lr", "> 0"),
+    ("algo.critic_lr=-0.001", "algo.critic_lr", "> 0"),
     ("algo.exploration=boltzmann", "algo.exploration", "mixed, ape_x"),
     ("algo.noise_std_max=0.01", "algo.noise_std_max", ">= algo.noise_std_min"),
     ("algo.net.actor_hidden=[0,256]", "algo.net.actor_hidden", "positive layer widths"),
@@ -68,7 +68,7 @@ def test_bad_value_names_key_value_and_allowed(override, key, allowed, capsys):
 
 def test_bad_impala_truncation_levels():
     with pytest.raises(ConfigError, match="algo.c_bar.*rho_bar >= c_bar"):
-        load_config(composed(["algo.name=impala", "algo.rho_bar=0.5", "algo.c_bar=1.0"]) | {"algo": {"name": "impala", "rho_bar": 0.5, "c_bar": 1.0}})
+        load_config(composed(["algo=impala", "algo.rho_bar=0.5", "algo.c_bar=1.0"]))
 
 
 @pytest.mark.parametrize("argv,needle", [

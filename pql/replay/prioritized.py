@@ -1,0 +1,162 @@
+"""Prioritized experience replay sampler (Schaul et al. 2016), on the sum-tree of
+pql/kernels/sumtree.py. Implements the sampler contract of docs/architecture.md (Replay).
+
+Priorities, as stored in the tree (p_i^alpha in the paper's notation, so P(i) = leaf_i / total):
+  proportional: leaf_i = (|delta_i| + eps)^alpha
+  rank:         leaf_i = (1 / rank_i)^alpha, rank 1 = the largest |delta| in the buffer
+Importance weights: w_i = (N P(i))^-beta / max_j w_j = (leaf_i / min_j leaf_j)^-beta, the max
+weight coming from the least priority (the tree's min), as Schaul et al.; beta goes linearly
+from beta0 to 1 over `beta_anneal_updates` sample calls.
+
+New items enter at the running maximum priority (the largest ever written, initially 1), so
+each is sampled soon after it arrives. Valid items are the slots [0, size) of the ring, the
+`size` that ReplayBuffer passes to sample().
+
+Rank mode keeps |delta| per slot and re-ranks the whole buffer (a stable sort, ties by slot,
+then an O(N) tree rebuild) at the first sample() after any add or update: O(N log N) per
+critic update, exact, and on the device. That is fine up to about 10^6 items on a GPU; beyond,
+use proportional mode, which is O(B log N) per update.
+"""
+from __future__ import annotations
+
+import torch
+
+from pql.kernels.sumtree import SumTree, last_write_wins
+
+MODES = ("proportional", "rank")
+
+
+def _check_number(name: str, value, ok: bool, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"{name}={value!r} is not allowed; expected {allowed}")
+
+
+class PrioritizedSampler:
+    """Prioritized sampler over `capacity` slots on `device`.
+
+    mode: "proportional" or "rank"; alpha >= 0 (0: uniform); beta0 in [0, 1];
+    beta_anneal_updates > 0 (sample calls over which beta reaches 1); eps > 0.
+    validate=True checks every input: a device-to-host sync per call (two in update()); a CUDA
+    hot loop whose inputs are known good may turn it off.
+    impl: "auto", "triton" or "torch" for the sum-tree kernels.
+    """
+
+    def __init__(self, capacity: int, device: torch.device | str = "cpu", mode: str = "proportional",
+                 alpha: float = 0.6, beta0: float = 0.4, beta_anneal_updates: int = 100_000,
+                 eps: float = 1e-6, validate: bool = True, impl: str = "auto"):
+        _check_number("mode", mode, mode in MODES, f"one of {', '.join(MODES)}")
+        _check_number("alpha", alpha, alpha >= 0, "a number >= 0")
+        _check_number("beta0", beta0, 0 <= beta0 <= 1, "a number in [0, 1]")
+        _check_number("beta_anneal_updates", beta_anneal_updates,
+                      isinstance(beta_anneal_updates, int) and beta_anneal_updates > 0, "an integer > 0")
+        _check_number("eps", eps, eps > 0, "a number > 0")
+        self.mode, self.alpha, self.beta0, self.eps = mode, float(alpha), float(beta0), float(eps)
+        self.beta_anneal_updates = beta_anneal_updates
+        self.validate = validate
+        self.tree = SumTree(capacity, device, validate=validate, impl=impl)
+        self.capacity, self.device = capacity, self.tree.device
+        self.num_samples = 0
+        # Running max, kept on the device so that adding and updating never sync: in tree units
+        # (leaf) for proportional mode, in |delta| for rank mode.
+        self.max_priority = torch.ones((), dtype=torch.float32, device=self.device)
+        if mode == "rank":
+            self.td_abs = torch.zeros(capacity, dtype=torch.float32, device=self.device)
+            self._ranked_size = 0  # size the tree was last ranked for; 0: must re-rank
+
+    @property
+    def beta(self) -> float:
+        """Importance exponent for the next sample call."""
+        return self.beta0 + (1.0 - self.beta0) * min(1.0, self.num_samples / self.beta_anneal_updates)
+
+    def on_add(self, indices: torch.Tensor) -> None:
+        """New items in slots `indices` [B] int64 (overwritten ones included): max priority."""
+        if self.mode == "proportional":
+            self.tree.update(indices, self.max_priority.expand(indices.shape))
+        else:
+            self._set_td_abs(indices, self.max_priority.expand(indices.shape))
+
+    def update(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
+        """Priorities after a critic update. indices: [B] int64 slots from sample();
+        td_abs: [B] float |TD error| >= 0 (finite). A slot repeated in the batch keeps its last."""
+        if td_abs.shape != indices.shape or not td_abs.is_floating_point():
+            raise ValueError(f"td_abs must be a float tensor of shape {tuple(indices.shape)} (one per "
+                             f"index), got shape {tuple(td_abs.shape)} dtype {td_abs.dtype}")
+        if self.validate and td_abs.numel():
+            bad = ~(torch.isfinite(td_abs) & (td_abs >= 0))
+            if bad.any():
+                i = int(bad.nonzero()[0])
+                raise ValueError(f"td_abs[{i}]={float(td_abs[i])} is not allowed: td_abs must be finite "
+                                 "and >= 0 (a NaN or inf TD error usually means the critic diverged)")
+        if indices.numel() == 0:
+            return
+        td_abs = td_abs.detach().to(torch.float32)
+        if self.mode == "proportional":
+            priorities = (td_abs + self.eps).pow(self.alpha)
+            self.tree.update(indices, priorities)
+            torch.maximum(self.max_priority, priorities.max(), out=self.max_priority)
+        else:
+            self._set_td_abs(indices, td_abs)
+            torch.maximum(self.max_priority, td_abs.max(), out=self.max_priority)
+
+    def _set_td_abs(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
+        self.tree.check_indices(indices)
+        if indices.numel():
+            slots, last = last_write_wins(indices)
+            self.td_abs.index_copy_(0, slots, td_abs.index_select(0, last))
+            self._ranked_size = 0
+
+    def _rerank(self, size: int) -> None:
+        # Ordinal ranks: a stable descending sort gives tied |delta| consecutive ranks by slot.
+        order = torch.sort(self.td_abs[:size], descending=True, stable=True).indices
+        ranks = torch.arange(1, size + 1, dtype=torch.float32, device=self.device)
+        leaves = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
+        leaves.index_copy_(0, order, ranks.pow(-self.alpha))
+        self.tree.reset(leaves)
+        self._ranked_size = size
+
+    def sample(self, batch_size: int, size: int, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw batch_size slots among the first `size`: (indices [B] int64, weights [B] float32),
+        weights in (0, 1]. generator: a torch.Generator on the sampler's device, or None."""
+        _check_number("size", size, isinstance(size, int) and 0 < size <= self.capacity,
+                      f"an integer in [1, {self.capacity}] (the number of items in the buffer)")
+        if self.mode == "rank" and self._ranked_size != size:
+            self._rerank(size)
+        indices = self.tree.sample(batch_size, generator)
+        beta = self.beta
+        self.num_samples += 1
+        # Slots from the tree are in range by construction: read the leaves without get()'s check.
+        weights = (self.tree.leaves.index_select(0, indices) / self.tree.min()).pow(-beta)
+        return indices, weights
+
+    def state_dict(self) -> dict:
+        state = {"mode": self.mode, "tree": self.tree.state_dict(), "num_samples": self.num_samples,
+                 "max_priority": self.max_priority.clone()}
+        if self.mode == "rank":
+            state["td_abs"] = self.td_abs.clone()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["mode"] != self.mode:
+            raise ValueError(f"state_dict mode={state['mode']!r} does not match this sampler's "
+                             f"mode={self.mode!r}")
+        self.tree.load_state_dict(state["tree"])
+        self.num_samples = int(state["num_samples"])
+        self.max_priority.copy_(state["max_priority"])
+        if self.mode == "rank":
+            self.td_abs.copy_(state["td_abs"])
+            self._ranked_size = 0
+
+
+def sequence_priority(td_abs: torch.Tensor, eta: float = 0.9) -> torch.Tensor:
+    """Priority of a sequence (R2D2 / Agent57): eta * max_t |delta_t| + (1 - eta) * mean_t |delta_t|.
+
+    td_abs: [B, T] float |TD errors| along each sequence; returns [B] float, on the same device.
+    """
+    if td_abs.dim() != 2 or not td_abs.is_floating_point():
+        raise ValueError(f"td_abs must be a [B, T] float tensor, got shape {tuple(td_abs.shape)} "
+                         f"dtype {td_abs.dtype}")
+    if td_abs.shape[1] == 0:
+        raise ValueError("td_abs has T=0 steps; a sequence priority needs at least one")
+    _check_number("eta", eta, 0 <= eta <= 1, "a number in [0, 1]")
+    return eta * td_abs.amax(dim=1) + (1 - eta) * td_abs.mean(dim=1)

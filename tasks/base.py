@@ -1,0 +1,121 @@
+"""The batched-env protocol every backend implements, and the checks on what users pass in.
+
+Every tensor an env returns has leading dimension `num_envs` and lives on `env.device`:
+
+    obs = env.reset()                                              # [N, obs_dim] float32
+    obs, reward, terminated, truncated, info = env.step(actions)   # actions [N, act_dim] float32
+
+Envs that finish are reset inside `step`: `obs` is then the new episode's first observation and
+`info["final_obs"]` the observation that ended the episode (equal to `obs` elsewhere), which a
+learner needs to bootstrap a truncated episode. `terminated` (the task ended: no bootstrap) and
+`truncated` (the step limit cut it short: bootstrap) are never both true for one env.
+"""
+from __future__ import annotations
+
+import abc
+
+import torch
+
+
+class TaskError(ValueError):
+    """A task, a size or an action that the envs cannot take; str() says what was wrong."""
+
+
+class BatchedEnv(abc.ABC):
+    """`num_envs` copies of one task stepped together; see the module docstring for the protocol."""
+
+    num_envs: int
+    device: torch.device
+    obs_dim: int
+    act_dim: int
+    max_episode_steps: int
+    action_low: torch.Tensor   # [act_dim] float32, device
+    action_high: torch.Tensor  # [act_dim] float32, device
+
+    @abc.abstractmethod
+    def reset(self) -> torch.Tensor:
+        """Start a new episode in every env. Returns obs [N, obs_dim] float32."""
+
+    @abc.abstractmethod
+    def step(self, actions: torch.Tensor):
+        """Advance every env by one step.
+
+        actions: [N, act_dim] float32 on `device`, finite.
+        Returns obs [N, obs_dim] float32, reward [N] float32, terminated [N] bool,
+        truncated [N] bool, info {"final_obs": [N, obs_dim] float32}.
+        """
+
+    def close(self) -> None:
+        """Release the simulator; the env cannot be used afterwards."""
+
+
+def check_num_envs(num_envs) -> int:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
+        raise TaskError(f"num_envs must be an integer > 0, got {num_envs!r}")
+    return num_envs
+
+
+def resolve_device(device) -> torch.device:
+    """torch.device for `device` ("cpu", "cuda", "cuda:1", torch.device), with the CUDA index filled in."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise TaskError(f"device must name a torch device such as 'cpu' or 'cuda:0', got {device!r}") from err
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise TaskError(f"device {device} was asked for but CUDA is not available; use device='cpu'")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type != "cpu":
+        raise TaskError(f"device must be 'cpu' or a CUDA device, got {device}")
+    return device
+
+
+class ActionCheck:
+    """Rejects actions of the wrong shape, dtype or device, and non-finite actions.
+
+    Shape, dtype and device are metadata, checked for free. Finiteness needs the values: on the
+    CPU it is checked before the step; on CUDA a host read would stall the pipeline every step,
+    so the per-env verdict is copied to pinned memory asynchronously and read at a later step,
+    once the copy has landed. A non-finite action on CUDA is therefore reported one or more steps
+    after it was applied, naming the env indices all the same.
+    """
+
+    def __init__(self, num_envs: int, act_dim: int, device: torch.device):
+        self.shape = (num_envs, act_dim)
+        self.device = device
+        if device.type == "cuda":
+            self._seen_bad = torch.zeros(num_envs, dtype=torch.bool, device=device)  # ORed every step
+            self._snapshot = torch.zeros(num_envs, dtype=torch.bool, pin_memory=True)
+            self._snapshot_landed = None  # torch.cuda.Event of the copy in flight
+
+    def __call__(self, actions) -> None:
+        if not isinstance(actions, torch.Tensor):
+            raise TaskError(f"actions must be a torch.Tensor of shape {self.shape}, got {type(actions).__name__}")
+        if tuple(actions.shape) != self.shape:
+            raise TaskError(f"actions must have shape {self.shape} (num_envs, act_dim), got {tuple(actions.shape)}")
+        if actions.dtype != torch.float32:
+            raise TaskError(f"actions must be float32, got {actions.dtype}")
+        if actions.device != self.device:
+            raise TaskError(f"actions must be on the env's device {self.device}, got {actions.device}")
+        if self.device.type == "cpu":
+            _raise_if_any(~torch.isfinite(actions).all(dim=1), "")
+        else:
+            self._check_later(actions)
+
+    def _check_later(self, actions: torch.Tensor) -> None:
+        self._seen_bad |= ~torch.isfinite(actions).all(dim=1)
+        if self._snapshot_landed is not None:
+            if not self._snapshot_landed.query():
+                return
+            _raise_if_any(self._snapshot, " (reported late: on CUDA the check does not stall the step)")
+        self._snapshot.copy_(self._seen_bad, non_blocking=True)
+        self._snapshot_landed = torch.cuda.Event()
+        self._snapshot_landed.record()
+
+
+def _raise_if_any(bad_envs: torch.Tensor, note: str) -> None:
+    if bad_envs.any():
+        ids = bad_envs.nonzero().flatten().tolist()
+        shown = ", ".join(map(str, ids[:10])) + (", ..." if len(ids) > 10 else "")
+        raise TaskError(f"actions contain NaN or inf in {len(ids)} env(s), indices [{shown}]{note}")

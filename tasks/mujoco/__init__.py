@@ -1,0 +1,33 @@
+"""MuJoCo tasks with Gymnasium v5 semantics, on MuJoCo Warp (GPU or CPU) or MuJoCo C (CPU threads)."""
+from __future__ import annotations
+
+import torch
+
+from ..base import TaskError
+from .ant import Ant
+from .env import MujocoEnv
+from .half_cheetah import HalfCheetah
+from .hopper import Hopper
+from .humanoid import Humanoid
+from .inverted_pendulum import InvertedPendulum
+
+TASKS = {cls.__name__: cls for cls in (Ant, Humanoid, HalfCheetah, Hopper, InvertedPendulum)}
+BACKENDS = ("auto", "mujoco", "mjwarp")
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """The backend that `backend` names on `device`: "auto" is mjwarp on CUDA, mujoco on the CPU."""
+    if backend not in BACKENDS:
+        raise TaskError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "auto":
+        return "mjwarp" if device.type == "cuda" else "mujoco"
+    return backend
+
+
+def make_env(name: str, num_envs: int, device: torch.device, seed: int, backend: str) -> MujocoEnv:
+    """A MujocoEnv of task `name` on a resolved backend ("mujoco" or "mjwarp")."""
+    if backend == "mjwarp":
+        from .physics_mjwarp import MjwarpPhysics as physics_cls
+    else:
+        from .physics_mujoco import MujocoPhysics as physics_cls
+    return MujocoEnv(TASKS[name], num_envs, device, seed, physics_cls)

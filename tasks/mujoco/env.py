@@ -1,0 +1,89 @@
+"""The batched env over a task and a physics backend: stepping, auto-reset, time limit, checks.
+
+Everything here is batched torch over all envs; resets are masked rather than indexed so that the
+GPU path never reads a tensor back to the host.
+"""
+from __future__ import annotations
+
+import mujoco
+import torch
+
+from ..base import ActionCheck, BatchedEnv
+from .task import Task, load_asset
+
+
+class MujocoEnv(BatchedEnv):
+    """`num_envs` copies of `task_cls` on `physics_cls` (MujocoPhysics or MjwarpPhysics).
+
+    Tensors are [N, ...] on `device`; see tasks.base for the protocol. `model` replaces the task's
+    own MJCF model (the parity tests pass one with edited solver options).
+    """
+
+    def __init__(self, task_cls: type[Task], num_envs: int, device: torch.device, seed: int, physics_cls,
+                 model: mujoco.MjModel | None = None):
+        model = model or load_asset(task_cls.xml)
+        self.physics = physics_cls(model, num_envs, device, task_cls.fields)
+        self.task = task_cls(model, self.physics.dtype, device)
+        self.num_envs = num_envs
+        self.device = device
+        self.obs_dim = self.task.obs_dim
+        self.act_dim = model.nu
+        self.max_episode_steps = self.task.max_episode_steps
+        low, high = torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32).T
+        self.action_low, self.action_high = low.to(device), high.to(device)
+        self._check_actions = ActionCheck(num_envs, self.act_dim, device)
+        self._generator = torch.Generator(device=device)
+        self._generator.manual_seed(seed)
+        self._elapsed = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self._position = None  # the task's tracked position before the step, [N, k]
+        self.reset()
+
+    def reset(self) -> torch.Tensor:
+        everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        return self._restart(everyone, torch.empty(self.num_envs, self.obs_dim, device=self.device))
+
+    def step(self, actions: torch.Tensor):
+        self._check_actions(actions)
+        self.physics.step(actions, self.task.frame_skip)
+        state = self.physics.state
+        obs = self.task.observe(state).float()
+        position = self.task.position(state)
+        velocity = None
+        if position is not None:
+            velocity = (position - self._position) / self.task.dt
+            self._position = position.clone()
+        reward, terminated = self.task.reward_and_termination(state, velocity, actions)
+        self._elapsed += 1
+        truncated = (self._elapsed >= self.max_episode_steps) & ~terminated
+        obs_after_reset = self._restart(terminated | truncated, obs)
+        return obs_after_reset, reward.float(), terminated, truncated, {"final_obs": obs}
+
+    def reset_to(self, qpos: torch.Tensor, qvel: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Start new episodes at given states (fixed evaluation starts; parity tests against Gymnasium).
+
+        qpos [N, nq], qvel [N, nv] on `device`; mask [N] bool picks the envs (default: all), the
+        others keep their episode. Returns obs [N, obs_dim] float32.
+        """
+        if mask is None:
+            mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        dtype = self.physics.dtype
+        return self._restart(mask, self._last_obs, (qpos.to(self.device, dtype), qvel.to(self.device, dtype)))
+
+    def _restart(self, mask: torch.Tensor, obs: torch.Tensor, initial=None) -> torch.Tensor:
+        """Start new episodes where mask [N] is true, at `initial` (qpos, qvel) or at random
+        (Task.initial_state); obs [N, obs_dim] is kept elsewhere."""
+        # Drawn for every env, used where mask is set: the same random stream whichever envs finish.
+        qpos, qvel = initial or self.task.initial_state(self.num_envs, self._generator)
+        self.physics.reset(mask, qpos, qvel)
+        state = self.physics.state
+        fresh = self.task.observe(state).float()
+        position = self.task.position(state)
+        if position is not None:
+            self._position = position.clone() if self._position is None else torch.where(
+                mask[:, None], position, self._position)
+        self._elapsed.masked_fill_(mask, 0)
+        self._last_obs = torch.where(mask[:, None], fresh, obs)
+        return self._last_obs
+
+    def close(self) -> None:
+        self.physics.close()

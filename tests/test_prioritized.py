@@ -1,0 +1,185 @@
+"""PrioritizedSampler: sampling law (chi-square), importance weights, beta annealing, new-item
+priority, state round trip, argument checks; sequence_priority."""
+import pytest
+import torch
+from scipy import stats
+
+from pql.kernels import INTERPRETING, triton_runs_on
+from pql.replay.prioritized import PrioritizedSampler, sequence_priority
+
+CASES = [
+    pytest.param(("torch", "cpu"), id="torch-cpu"),
+    pytest.param(("triton", "cpu"), id="triton-cpu", marks=pytest.mark.skipif(
+        not triton_runs_on("cpu"), reason="Triton on CPU tensors needs TRITON_INTERPRET=1 set "
+                                          "before pql.kernels is imported")),
+    pytest.param(("triton", "cuda"), id="triton-cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available() or INTERPRETING,
+        reason="needs CUDA, with TRITON_INTERPRET unset so that the kernels are compiled")]),
+]
+MODES = ["proportional", "rank"]
+
+
+def filled(case, mode, capacity=50, size=40, seed=0, **kwargs):
+    """A sampler with `size` items added, then given random |TD errors|: (sampler, td_abs [size])."""
+    impl, device = case
+    sampler = PrioritizedSampler(capacity, device, mode=mode, impl=impl, **kwargs)
+    sampler.on_add(torch.arange(size, device=device))
+    td = torch.rand(size, generator=torch.Generator().manual_seed(seed)) * 3
+    sampler.update(torch.arange(size, device=device), td.to(device))
+    return sampler, td
+
+
+def expected_probabilities(mode, td, alpha, eps):
+    """P(i) = p_i^alpha / sum_k p_k^alpha, p = |delta| + eps or 1 / rank, in float64."""
+    td = td.double()
+    if mode == "proportional":
+        p = td + eps
+    else:
+        ranks = torch.empty_like(td)
+        ranks[torch.sort(td, descending=True, stable=True).indices] = torch.arange(1, td.numel() + 1).double()
+        p = 1 / ranks
+    return p ** alpha / (p ** alpha).sum()
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode", MODES)
+def test_frequencies_match_the_priorities(case, mode):
+    sampler, td = filled(case, mode, alpha=0.7)
+    gen = torch.Generator(sampler.device).manual_seed(1)
+    counts = torch.zeros(50, dtype=torch.int64)
+    for _ in range(30):
+        idx, _ = sampler.sample(1000, 40, gen)
+        counts += torch.bincount(idx.cpu(), minlength=50)
+    assert counts[40:].sum() == 0  # never a slot past `size`
+    expected = expected_probabilities(mode, td, 0.7, sampler.eps) * counts.sum()
+    # Stratified draws spread less than multinomial ones: a fair sampler's statistic is at most
+    # chi-square distributed, a biased one's grows with the number of draws.
+    assert stats.chisquare(counts[:40].double().numpy(), expected.numpy()).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode", MODES)
+def test_weights_follow_the_formula(case, mode):
+    sampler, td = filled(case, mode, alpha=0.6, beta0=0.4, beta_anneal_updates=4)
+    gen = torch.Generator(sampler.device).manual_seed(2)
+    probs = expected_probabilities(mode, td, 0.6, sampler.eps)
+    for beta in (0.4, 0.55, 0.7, 0.85, 1.0, 1.0):
+        idx, weights = sampler.sample(256, 40, gen)
+        idx, weights = idx.cpu(), weights.cpu()
+        # w_i = (N P(i))^-beta / max_j (N P(j))^-beta, N = size.
+        w = (40 * probs) ** -beta
+        assert weights.dtype == torch.float32
+        torch.testing.assert_close(weights.double(), w[idx] / w.max(), rtol=2e-5, atol=1e-6)
+    assert sampler.beta == 1.0
+
+
+def test_beta_anneals_linearly_then_stays_at_one():
+    sampler = PrioritizedSampler(8, beta0=0.2, beta_anneal_updates=4, impl="torch")
+    sampler.on_add(torch.arange(8))
+    betas = []
+    for _ in range(6):
+        betas.append(sampler.beta)
+        sampler.sample(4, 8)
+    assert betas == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_new_items_enter_at_the_running_max_priority(case):
+    impl, device = case
+    sampler = PrioritizedSampler(8, device, alpha=0.5, eps=1e-6, impl=impl)
+    sampler.on_add(torch.arange(4, device=device))
+    assert sampler.tree.leaves[:4].tolist() == [1.0] * 4  # nothing seen yet: priority 1
+    sampler.update(torch.tensor([0, 1], device=device), torch.tensor([8.0, 0.5], device=device))
+    sampler.update(torch.tensor([0], device=device), torch.tensor([0.1], device=device))
+    sampler.on_add(torch.tensor([5], device=device))
+    # The max ever written, (8 + eps)^0.5, though slot 0 has since dropped to 0.1.
+    assert sampler.tree.leaves[5].item() == pytest.approx((8 + 1e-6) ** 0.5)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode", MODES)
+def test_duplicate_updates_keep_the_last(case, mode):
+    sampler, td = filled(case, mode, capacity=8, size=8)
+    dev = sampler.device
+    sampler.update(torch.tensor([2, 5, 2], device=dev), torch.tensor([7.0, 0.0, 0.25], device=dev))
+    td[2], td[5] = 0.25, 0.0
+    sampler.sample(1, 8)  # rank mode re-ranks here
+    probs = expected_probabilities(mode, td, sampler.alpha, sampler.eps)
+    torch.testing.assert_close((sampler.tree.leaves / sampler.tree.total()).double().cpu(), probs,
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_rank_mode_reranks_when_the_buffer_grows():
+    sampler = PrioritizedSampler(6, mode="rank", alpha=1.0, impl="torch")
+    sampler.on_add(torch.arange(2))
+    sampler.update(torch.arange(2), torch.tensor([1.0, 2.0]))
+    sampler.sample(2, 2)
+    assert sampler.tree.leaves.tolist() == [0.5, 1.0, 0, 0, 0, 0]
+    sampler.on_add(torch.tensor([2]))  # at the running max |delta| = 2: ties rank by slot
+    sampler.sample(2, 3)
+    assert sampler.tree.leaves.tolist() == pytest.approx([1 / 3, 1.0, 0.5, 0, 0, 0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_state_dict_round_trip_continues_identically(mode):
+    a, _ = filled(("torch", "cpu"), mode)
+    a.sample(16, 40)
+    b = PrioritizedSampler(50, mode=mode, impl="torch")
+    b.load_state_dict(a.state_dict())
+    for s in (a, b):
+        s.update(torch.tensor([3, 4]), torch.tensor([0.5, 9.0]))
+        s.on_add(torch.tensor([40]))
+    ia, wa = a.sample(64, 41, torch.Generator().manual_seed(3))
+    ib, wb = b.sample(64, 41, torch.Generator().manual_seed(3))
+    assert torch.equal(ia, ib) and torch.equal(wa, wb)
+    rank_state = filled(("torch", "cpu"), "rank")[0].state_dict()
+    with pytest.raises(ValueError, match="mode='rank' does not match"):
+        PrioritizedSampler(50, mode="proportional").load_state_dict(rank_state)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_empty_batch(case):
+    sampler, _ = filled(case, "proportional")
+    dev = sampler.device
+    sampler.update(torch.empty(0, dtype=torch.int64, device=dev), torch.empty(0, device=dev))
+    sampler.on_add(torch.empty(0, dtype=torch.int64, device=dev))
+    idx, weights = sampler.sample(0, 40)
+    assert idx.shape == weights.shape == (0,)
+
+
+def test_bad_arguments_are_rejected():
+    for kwargs, message in [
+        (dict(mode="sorted"), "mode='sorted' is not allowed; expected one of proportional, rank"),
+        (dict(alpha=-0.1), "alpha=-0.1 is not allowed"),
+        (dict(beta0=1.5), "beta0=1.5 is not allowed"),
+        (dict(beta_anneal_updates=0), "beta_anneal_updates=0 is not allowed"),
+        (dict(eps=0.0), "eps=0.0 is not allowed"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            PrioritizedSampler(10, **kwargs)
+    sampler = PrioritizedSampler(10, impl="torch")
+    sampler.on_add(torch.arange(4))
+    for size in (0, 11):
+        with pytest.raises(ValueError, match=f"size={size} is not allowed"):
+            sampler.sample(2, size)
+    for td in (float("nan"), -1.0, float("inf")):
+        with pytest.raises(ValueError, match=r"td_abs\[1\]=.* td_abs must be finite and >= 0"):
+            sampler.update(torch.tensor([0, 1]), torch.tensor([1.0, td]))
+    with pytest.raises(ValueError, match="one per index"):
+        sampler.update(torch.tensor([0, 1]), torch.ones(3))
+    with pytest.raises(IndexError, match="out of range"):
+        sampler.update(torch.tensor([10]), torch.ones(1))
+    with pytest.raises(IndexError, match="out of range"):
+        PrioritizedSampler(10, mode="rank").on_add(torch.tensor([12]))
+
+
+def test_sequence_priority():
+    td = torch.tensor([[1.0, 3.0, 2.0], [0.0, 0.0, 0.0]])
+    torch.testing.assert_close(sequence_priority(td), torch.tensor([0.9 * 3 + 0.1 * 2, 0.0]))
+    torch.testing.assert_close(sequence_priority(td, eta=0.0), td.mean(1))
+    with pytest.raises(ValueError, match="eta=1.5 is not allowed"):
+        sequence_priority(td, eta=1.5)
+    with pytest.raises(ValueError, match=r"\[B, T\] float"):
+        sequence_priority(td[0])
+    with pytest.raises(ValueError, match="T=0"):
+        sequence_priority(torch.zeros(2, 0))

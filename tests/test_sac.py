@@ -1,0 +1,138 @@
+"""SAC: the soft n-step target and the losses against slow references written here from the
+definitions, α reaching the V-learner through the policy sync, exploration through every
+actor precision, and learning InvertedPendulum on the real runtime."""
+import math
+
+import pytest
+import torch
+
+from pql.algos.sac import SAC
+from pql.config import OffPolicyConfig
+from pql.runtime.precision import inference_copy
+from pql.runtime.weight_sync import SharedWeights
+
+OBS_DIM, ACT_DIM = 5, 3
+
+
+def make_algo(**overrides):
+    cfg = OffPolicyConfig(name="sac", **overrides)
+    cfg.net.actor_hidden = cfg.net.critic_hidden = (16,)
+    return SAC(cfg, obs_dim=OBS_DIM, act_dim=ACT_DIM)
+
+
+def reference_sample(policy, obs, eps):
+    """One reparameterised sample and log π(a|s) = Σ_k log N(u_k; μ_k, σ_k) − log(1 − tanh² u_k)."""
+    mean, log_std = policy.net(obs.unsqueeze(0))[0].chunk(2)
+    std = log_std.clamp(-5.0, 2.0).exp()
+    u = mean + std * eps
+    a = torch.tanh(u)
+    log_prob = sum(-0.5 * float((u[k] - mean[k]) / std[k]) ** 2 - math.log(float(std[k])) - 0.5 * math.log(2 * math.pi)
+                   - math.log(1 - math.tanh(float(u[k])) ** 2) for k in range(len(u)))
+    return a, log_prob
+
+
+def test_soft_nstep_target_matches_reference():
+    torch.manual_seed(0)
+    gamma, nstep = 0.9, 3
+    algo = make_algo(init_alpha=0.3, gamma=gamma, nstep=nstep)
+    policy, critic = algo.make_policy(), algo.make_critic()
+    batch = {"next_obs": torch.randn(24, OBS_DIM), "reward": torch.randn(24)}
+    # γ_b = γ^m for a fold of m ≤ n steps (m < n after a truncation), 0 after a termination.
+    batch["discount"] = torch.tensor([gamma ** nstep, gamma ** 2, gamma, 0.0] * 6)
+    torch.manual_seed(7)
+    got = algo.td_target(batch, critic, policy)
+    torch.manual_seed(7)
+    eps = torch.randn(24, ACT_DIM)
+    with torch.no_grad():
+        for b in range(24):
+            s = batch["next_obs"][b]
+            a, log_prob = reference_sample(policy, s, eps[b])
+            x = torch.cat([s, a]).unsqueeze(0)
+            soft_v = min(float(critic.q1(x)), float(critic.q2(x))) - 0.3 * log_prob
+            want = float(batch["reward"][b]) + float(batch["discount"][b]) * soft_v
+            assert abs(float(got[b]) - want) < 1e-4, (b, float(got[b]), want)
+
+
+def test_policy_and_temperature_losses_match_reference():
+    torch.manual_seed(1)
+    algo = make_algo(init_alpha=0.2)
+    policy, critic = algo.make_policy(), algo.make_critic().requires_grad_(False)
+    obs = torch.randn(16, OBS_DIM)
+    torch.manual_seed(3)
+    loss, info = algo.policy_loss(policy, critic, obs)
+    torch.manual_seed(3)
+    eps = torch.randn(16, ACT_DIM)
+    actor_terms, log_probs = [], []
+    with torch.no_grad():
+        for b in range(16):
+            a, log_prob = reference_sample(policy, obs[b], eps[b])
+            x = torch.cat([obs[b], a]).unsqueeze(0)
+            actor_terms.append(0.2 * log_prob - min(float(critic.q1(x)), float(critic.q2(x))))
+            log_probs.append(log_prob)
+    assert abs(float(info["policy/loss"]) - sum(actor_terms) / 16) < 1e-4
+    assert abs(float(info["policy/entropy"]) + sum(log_probs) / 16) < 1e-4
+    loss.backward()
+    # ∂J(α)/∂log α = −α · mean(log π + H̄) with H̄ = −act_dim; J_π adds nothing (α held fixed).
+    want_alpha_grad = -0.2 * (sum(log_probs) / 16 - ACT_DIM)
+    assert abs(float(policy.log_alpha.grad) - want_alpha_grad) < 1e-4
+    assert all(p.grad is not None for p in policy.net.parameters())
+
+
+def test_temperature_moves_toward_target_entropy():
+    """A gradient step on J(α) lowers α while the policy's entropy is above H̄ = −act_dim and
+    raises it while below (∂J/∂log α = α·(H − H̄))."""
+    torch.manual_seed(2)
+    algo = make_algo(init_alpha=0.5)
+    policy, critic = algo.make_policy(), algo.make_critic().requires_grad_(False)
+    obs = torch.randn(64, OBS_DIM)
+    for log_std, alpha_falls in ((0.0, True), (-5.0, False)):
+        with torch.no_grad():
+            policy.net[-1].weight[ACT_DIM:].zero_()
+            policy.net[-1].bias[ACT_DIM:].fill_(log_std)
+        policy.zero_grad()
+        algo.policy_loss(policy, critic, obs)[0].backward()
+        assert (float(policy.log_alpha.grad) > 0) == alpha_falls
+
+
+def test_optimiser_groups_cover_every_parameter_once():
+    algo = make_algo(actor_lr=1e-3, alpha_lr=5e-4)
+    policy = algo.make_policy()
+    groups = algo.policy_optim_params(policy)
+    params = [p for g in groups for p in g["params"]]
+    assert len(params) == len(list(policy.parameters()))
+    assert {id(p) for p in params} == {id(p) for p in policy.parameters()}
+    assert [g["lr"] for g in groups] == [1e-3, 5e-4] and groups[1]["params"] == [policy.log_alpha]
+
+
+def test_v_learner_reads_alpha_from_the_synced_policy():
+    algo = make_algo(init_alpha=0.1)
+    p_learner_policy, v_learner_policy = algo.make_policy(), algo.make_policy()
+    with torch.no_grad():
+        p_learner_policy.log_alpha.fill_(math.log(0.37))
+    shared = SharedWeights(p_learner_policy, "cpu")
+    shared.publish(p_learner_policy)
+    shared.pull(v_learner_policy)
+    assert abs(float(v_learner_policy.log_alpha.exp()) - 0.37) < 1e-6
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_explore_samples_the_policy_at_every_actor_precision(precision):
+    torch.manual_seed(4)
+    algo = make_algo()
+    acting = inference_copy(algo.make_policy(), precision)
+    obs = torch.randn(32, OBS_DIM)
+    torch.manual_seed(5)
+    a = algo.explore(acting, obs, torch.full((32, 1), 0.05))
+    torch.manual_seed(5)
+    b = algo.explore(acting, obs, torch.full((32, 1), 0.8))
+    assert a.shape == (32, ACT_DIM) and a.dtype == torch.float32
+    assert (a.abs() <= 1).all()
+    assert torch.equal(a, b)  # the per-env noise schedule does not apply to SAC
+    assert not torch.equal(a, algo.explore(acting, obs, torch.full((32, 1), 0.05)))  # it samples
+
+
+@pytest.mark.slow
+def test_sac_solves_inverted_pendulum(make_config):
+    from test_learning import solve_pendulum
+
+    solve_pendulum(make_config, ["algo=sac", "runtime.mode=sequential"])

@@ -1,0 +1,111 @@
+"""The batched-env protocol: shapes and dtypes, auto-reset of finished envs only, final_obs,
+truncation at the step limit, and seeded reproducibility."""
+import pytest
+import torch
+
+import tasks
+
+BACKENDS = ["mujoco", "mjwarp"]
+
+
+def random_actions(env, steps, seed, scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        u = torch.rand((env.num_envs, env.act_dim), generator=gen)
+        yield scale * (env.action_low + u * (env.action_high - env.action_low))
+
+
+@pytest.mark.parametrize("name", tasks.TASK_NAMES)
+def test_shapes_dtypes_and_bounds(name):
+    env = tasks.make(name, 4, "cpu", seed=0, backend="mujoco")
+    obs = env.reset()
+    assert obs.shape == (4, env.obs_dim) and obs.dtype == torch.float32
+    assert env.action_low.shape == env.action_high.shape == (env.act_dim,)
+    assert env.action_low.dtype == torch.float32 and (env.action_low < env.action_high).all()
+    assert env.max_episode_steps == 1000 and env.num_envs == 4 and env.device == torch.device("cpu")
+    obs, reward, terminated, truncated, info = env.step(next(random_actions(env, 1, 0)))
+    assert obs.shape == info["final_obs"].shape == (4, env.obs_dim)
+    assert reward.shape == terminated.shape == truncated.shape == (4,)
+    assert reward.dtype == torch.float32 and terminated.dtype == truncated.dtype == torch.bool
+    env.close()
+
+
+def test_gymnasium_observation_sizes():
+    sizes = {name: tasks.make(name, 1, "cpu", backend="mujoco").obs_dim for name in tasks.TASK_NAMES}
+    assert sizes == {"Ant": 105, "Humanoid": 348, "HalfCheetah": 17, "Hopper": 11, "InvertedPendulum": 4}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_auto_reset_touches_only_finished_envs(backend):
+    """Env 0 is pushed hard and falls early; the others get the same actions in two runs, one of
+    which keeps env 0 alive longer: their trajectories must not notice env 0's resets."""
+    pushed, calm = (tasks.make("InvertedPendulum", 4, "cpu", seed=3, backend=backend) for _ in range(2))
+    pushed.reset(), calm.reset()
+    resets_seen = 0
+    for actions in random_actions(pushed, 40, seed=1, scale=0.3):
+        obs_p, rew_p, term_p, trunc_p, info_p = pushed.step(torch.cat([torch.full((1, 1), 3.0), actions[1:]]))
+        obs_c, rew_c, term_c, trunc_c, info_c = calm.step(torch.cat([torch.zeros(1, 1), actions[1:]]))
+        assert torch.equal(obs_p[1:], obs_c[1:]) and torch.equal(rew_p[1:], rew_c[1:])
+        assert torch.equal(term_p[1:], term_c[1:])
+        done = term_p | trunc_p
+        assert torch.equal(info_p["final_obs"][~done], obs_p[~done])
+        if done[0] and not (term_c[0] | trunc_c[0]):
+            resets_seen += 1
+            # The pole ended past 0.2 rad; the new episode starts within reset noise of upright.
+            assert info_p["final_obs"][0, 1].abs() > 0.2 and obs_p[0, :2].abs().max() <= 0.01 + 1e-6
+    assert resets_seen > 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_truncation_at_step_limit_is_not_termination(backend):
+    env = tasks.make("InvertedPendulum", 3, "cpu", seed=0, backend=backend)
+    env.max_episode_steps = 5
+    env.reset()
+    zero = torch.zeros(3, 1)
+    for step in range(1, 6):
+        obs, _, terminated, truncated, info = env.step(zero)
+        assert not terminated.any()
+        assert truncated.all() == (step == 5) and truncated.any() == (step == 5)
+    assert not torch.equal(obs, info["final_obs"])  # the new episodes began
+    _, _, _, truncated, _ = env.step(zero)
+    assert not truncated.any()  # the step counters restarted with the episodes
+
+
+def test_default_limit_truncates_at_1000_steps():
+    env = tasks.make("HalfCheetah", 2, "cpu", seed=0, backend="mujoco")  # HalfCheetah never terminates
+    env.reset()
+    zero = torch.zeros(2, env.act_dim)
+    for step in range(1, 1001):
+        _, _, terminated, truncated, _ = env.step(zero)
+        assert not terminated.any() and truncated.all() == (step == 1000)
+
+
+def test_termination_wins_over_truncation_on_the_last_step():
+    env = tasks.make("InvertedPendulum", 1, "cpu", seed=0, backend="mujoco")
+    env.reset()
+    push = torch.full((1, 1), 3.0)
+    steps = 1
+    while not env.step(push)[2].any():
+        steps += 1
+    env.max_episode_steps = steps
+    env.reset_to(torch.zeros(1, 2), torch.zeros(1, 2))
+    for _ in range(steps - 1):
+        env.step(push)
+    _, _, terminated, truncated, _ = env.step(push)
+    assert terminated.all() and not truncated.any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_seeded_runs_repeat(backend):
+    def run(seed):
+        env = tasks.make("Hopper", 3, "cpu", seed=seed, backend=backend)
+        out = [env.reset()]
+        for actions in random_actions(env, 30, seed=7):
+            obs, reward, terminated, truncated, _ = env.step(actions)
+            out += [obs, reward, terminated.float(), truncated.float()]
+        env.close()
+        return torch.cat([t.flatten() for t in out])
+
+    first = run(11)
+    assert torch.equal(first, run(11))
+    assert not torch.equal(first, run(12))
