@@ -22,7 +22,7 @@ setup(
         "matplotlib",
     ],
     extras_require={
-        "test": ["pytest", "gymnasium[mujoco]>=1.0", "scipy"],
+        "test": ["pytest", "gymnasium[mujoco]>=1.0", "scipy", "wandb"],
         "wandb": ["wandb"],
     },
 )

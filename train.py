@@ -6,36 +6,24 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from pql.checkpoint import CheckpointError
 from pql.config import ConfigError, load_config
+from pql.runtime import train
+from pql.runtime.launch import RoleFailure
+from tasks import TaskError
 
 
 def run(raw: dict) -> dict:
-    """Validate a composed config and run it. Exits with code 2 on a bad config, 1 on a failed run."""
-    from tasks import TaskError
-
+    """Validate a composed config and run it. Exits with code 2 on a bad config (or checkpoint,
+    or task), 1 on a failed run."""
     try:
-        cfg = load_config(raw)
-        if cfg.algo.name == "ppo":
-            from pql.runtime.ppo_runner import train_ppo
-
-            return train_ppo(cfg)
-        if cfg.algo.name == "impala":
-            from pql.runtime.impala_runner import train_impala
-
-            return train_impala(cfg)
-        from pql.runtime.trainer import train
-
-        return train(cfg)
-    except (ConfigError, TaskError) as e:
+        return train(load_config(raw))
+    except (ConfigError, TaskError, CheckpointError) as e:
         print(f"pql: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
-    except Exception as e:  # a failing role arrives here with its traceback in the message
-        from pql.runtime.launch import RoleFailure
-
-        if isinstance(e, RoleFailure):
-            print(f"pql: run failed: {e}", file=sys.stderr, flush=True)
-            sys.exit(1)
-        raise
+    except RoleFailure as e:  # a failing role arrives here with its traceback in the message
+        print(f"pql: run failed: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
 
 
 @hydra.main(version_base=None, config_path="cfg", config_name="config")

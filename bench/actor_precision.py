@@ -85,7 +85,7 @@ def trained_state(args, device) -> dict:
     """The checkpoint of a short training run (or --checkpoint)."""
     if args.checkpoint:
         return load_checkpoint(args.checkpoint, map_location=device)
-    from pql.runtime.trainer import train
+    from pql.runtime import train
 
     run_dir = tempfile.mkdtemp(prefix="actor_precision_")
     raw = {"task": {"name": args.task}, "algo": {"name": args.algo},

@@ -23,6 +23,10 @@ FORMAT = "pql-checkpoint"
 VERSION = 1
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read: missing, not a pql checkpoint, or another format version."""
+
+
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
     """Write `state` to `path` atomically (creating the directory if needed).
 
@@ -86,16 +90,16 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
     """Return the `state` dict saved by `save_checkpoint`; tensors are moved to `map_location`."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise CheckpointError(f"checkpoint not found: {path}")
     try:
         data = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{path} is not a readable pql checkpoint: {reason}") from e
+        raise CheckpointError(f"{path} is not a readable pql checkpoint: {reason}") from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a pql checkpoint (no '{FORMAT}' format marker)")
+        raise CheckpointError(f"{path} is not a pql checkpoint (no '{FORMAT}' format marker)")
     if data.get("version") != VERSION:
-        raise ValueError(f"{path} is a pql checkpoint of format version {data.get('version')!r}; "
+        raise CheckpointError(f"{path} is a pql checkpoint of format version {data.get('version')!r}; "
                          f"this pql reads version {VERSION}")
     return data["state"]
 

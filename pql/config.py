@@ -62,6 +62,9 @@ class TaskConfig:
 class NetConfig:
     actor_hidden: tuple = _opt((256, 256), "a non-empty list of positive layer widths", lambda v: len(v) > 0 and all(h > 0 for h in v))
     critic_hidden: tuple = _opt((256, 256), "a non-empty list of positive layer widths", lambda v: len(v) > 0 and all(h > 0 for h in v))
+    # LayerNorm before each hidden activation of the critic: keeps early Q-learning from
+    # diverging when the replay holds few states (MuJoCo Ant on a CPU collapsed without it).
+    critic_layer_norm: bool = _opt(True, "true or false")
 
 
 @dataclass
@@ -72,7 +75,7 @@ class OffPolicyConfig:
     gamma: float = _opt(0.99, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
     nstep: int = _opt(3, "an integer >= 1", lambda v: v >= 1)
     tau: float = _opt(0.05, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
-    batch_size: Optional[int] = _opt(None, "an integer > 0 (null: 8192 on CUDA, 512 on CPU)", _positive)
+    batch_size: Optional[int] = _opt(None, "an integer > 0 (null: 8192 on CUDA, 256 on CPU)", _positive)
     critic_lr: float = _opt(3e-4, "a number > 0", _positive)
     actor_lr: float = _opt(3e-4, "a number > 0", _positive)
     beta_av: int = _opt(8, "an integer >= 1 (critic updates per batched actor step, β_a:v = 1:beta_av)", lambda v: v >= 1)
@@ -156,11 +159,11 @@ class RuntimeConfig:
     device: str = _opt("auto", "auto, cpu, cuda or cuda:<index>",
                        lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()))
     seed: int = _opt(0, "an integer >= 0", _non_negative)
-    max_env_steps: int = _opt(2_000_000, "an integer > 0", _positive)
+    max_env_steps: Optional[int] = _opt(None, "an integer > 0 (null: 20M on CUDA, 300k on CPU)", _positive)
     max_time_s: Optional[float] = _opt(None, "a number > 0 (null: no wall-time limit)", _positive)
     stop_at_return: Optional[float] = _opt(None, "a number or null (stop once an evaluation reaches it)")
-    eval_every: int = _opt(100_000, "an integer > 0 (env steps between evaluations)", _positive)
-    checkpoint_every: int = _opt(500_000, "an integer > 0 (env steps between checkpoints)", _positive)
+    eval_every: Optional[int] = _opt(None, "an integer > 0 (env steps between evaluations; null: 2M on CUDA, 20k on CPU)", _positive)
+    checkpoint_every: Optional[int] = _opt(None, "an integer > 0 (env steps between checkpoints; null: 5M on CUDA, 100k on CPU)", _positive)
     policy_sync_every: int = _opt(1, "an integer >= 1 (policy updates between publications and actor steps between copies)", lambda v: v >= 1)
     critic_sync_every: int = _opt(1, "an integer >= 1 (critic updates between publications)", lambda v: v >= 1)
     max_lag: int = _opt(4, "an integer >= 1 (batched actor steps a role may run ahead of the ratio)", lambda v: v >= 1)
@@ -302,13 +305,23 @@ def apply_device_defaults(cfg: Config):
         raise ConfigError("runtime.device", cfg.runtime.device, "cpu or auto: no CUDA device is available")
     cfg.runtime.device = device
     on_gpu = device.startswith("cuda")
-    if cfg.task.num_envs is None:
-        cfg.task.num_envs = 4096 if on_gpu else cfg.task.cpu_num_envs
-    if isinstance(cfg.algo, OffPolicyConfig) and cfg.algo.batch_size is None:
-        cfg.algo.batch_size = 8192 if on_gpu else 512
-    if cfg.replay.capacity is None:
-        cfg.replay.capacity = 5_000_000 if on_gpu else 1_000_000
+
+    # What fits the device: a GPU carries thousands of envs and large batches at hundreds of
+    # thousands of env steps/s; two CPU cores carry tens of envs at a few hundred.
+    def default(group, key: str, on_cuda: int, on_cpu: int) -> None:
+        if getattr(group, key) is None:
+            setattr(group, key, on_cuda if on_gpu else on_cpu)
+
+    runtime = cfg.runtime
+    default(cfg.task, "num_envs", 4096, cfg.task.cpu_num_envs)
+    if isinstance(cfg.algo, OffPolicyConfig):
+        default(cfg.algo, "batch_size", 8192, 256)
+    default(cfg.replay, "capacity", 5_000_000, 1_000_000)
+    default(runtime, "max_env_steps", 20_000_000, 300_000)
+    default(runtime, "eval_every", 2_000_000, 20_000)
+    default(runtime, "checkpoint_every", 5_000_000, 100_000)
     print(f"pql: task={cfg.task.name} algo={cfg.algo.name} device={device} num_envs={cfg.task.num_envs} "
           f"mode={cfg.runtime.mode}" + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
-          + f" replay={cfg.replay.kind}:{cfg.replay.capacity:,}", flush=True)
+          + f" replay={cfg.replay.kind}:{cfg.replay.capacity:,} max_env_steps={runtime.max_env_steps:,} "
+          f"eval_every={runtime.eval_every:,} checkpoint_every={runtime.checkpoint_every:,}", flush=True)
     return torch.device(device)

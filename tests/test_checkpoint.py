@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pql.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from pql.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
 
 def _state(value: float) -> dict:
@@ -57,22 +57,22 @@ def test_crash_mid_write_keeps_previous_and_leaves_no_temp(tmp_path, monkeypatch
 
 def test_load_missing_names_the_path(tmp_path):
     path = tmp_path / "nope.pt"
-    with pytest.raises(FileNotFoundError, match="nope.pt"):
+    with pytest.raises(CheckpointError, match="checkpoint not found: .*nope.pt"):
         load_checkpoint(path)
 
 
 def test_load_rejects_other_files(tmp_path):
     plain = tmp_path / "plain.pt"
     torch.save({"critic": torch.zeros(2)}, plain)
-    with pytest.raises(ValueError, match=r"plain\.pt is not a pql checkpoint"):
+    with pytest.raises(CheckpointError, match=r"plain\.pt is not a pql checkpoint"):
         load_checkpoint(plain)
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint at all")
-    with pytest.raises(ValueError, match=r"garbage\.pt is not a readable pql checkpoint"):
+    with pytest.raises(CheckpointError, match=r"garbage\.pt is not a readable pql checkpoint"):
         load_checkpoint(garbage)
     newer = tmp_path / "newer.pt"
     torch.save({"format": "pql-checkpoint", "version": 99, "state": {}}, newer)
-    with pytest.raises(ValueError, match=r"newer\.pt .* version 99"):
+    with pytest.raises(CheckpointError, match=r"newer\.pt .* version 99"):
         load_checkpoint(newer)
 
 

@@ -75,6 +75,7 @@ def test_bad_impala_truncation_levels():
     (["algo.gamma=2"], "algo.gamma=2"),
     (["algo.gama=0.9"], "algo.gama"),
     (["task=Walker"], "task='Walker'"),
+    (["checkpoint=/nonexistent/checkpoint.pt"], "checkpoint not found: /nonexistent/checkpoint.pt"),
 ])
 def test_cli_exits_2_with_one_line(argv, needle):
     proc = subprocess.run([sys.executable, "train.py", *argv, "hydra.run.dir=/tmp/pql-test-bad-config"],

@@ -11,7 +11,7 @@ import torch
 
 from pql.checkpoint import load_checkpoint
 from pql.runtime.control import C
-from pql.runtime.trainer import train
+from pql.runtime import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["task=InvertedPendulum", "task.num_envs=8", "algo.batch_size=64", "algo.net.actor_hidden=[32,32]",

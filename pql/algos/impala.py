@@ -21,7 +21,7 @@ class Impala:
     def __init__(self, cfg, obs_dim: int, act_dim: int, device):
         self.cfg = cfg
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
-        self.baseline = ValueNet(obs_dim, cfg.net.critic_hidden).to(device)
+        self.baseline = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm).to(device)
         self.optim = torch.optim.Adam([*self.policy.parameters(), *self.baseline.parameters()], lr=cfg.lr)
 
     def forward(self, traj: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -68,7 +68,7 @@ class PPO:
     def __init__(self, cfg, obs_dim: int, act_dim: int, device):
         self.cfg = cfg
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
-        self.critic = ValueNet(obs_dim, cfg.net.critic_hidden).to(device)
+        self.critic = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm).to(device)
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
         self.optim = torch.optim.Adam(self.params, lr=cfg.lr)
 

@@ -19,7 +19,7 @@ class PQL:
         return DeterministicActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden)
 
     def make_critic(self) -> nn.Module:
-        return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden)
+        return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, layer_norm=self.cfg.net.critic_layer_norm)
 
     @torch.no_grad()
     def explore(self, policy: nn.Module, obs: torch.Tensor, noise_std: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,8 @@ class PQLD(PQL):
     """Update rules for the three roles with the distributional critic (logits [B, num_atoms])."""
 
     def make_critic(self) -> nn.Module:
-        return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, out_dim=self.cfg.num_atoms)
+        return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, out_dim=self.cfg.num_atoms,
+                       layer_norm=self.cfg.net.critic_layer_norm)
 
     def support(self, device) -> torch.Tensor:
         """The atoms z_i = v_min + iΔz. -> [num_atoms]."""

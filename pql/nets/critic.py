@@ -11,10 +11,11 @@ class DoubleQ(nn.Module):
     """Two independent Q heads. obs [B, obs_dim], action [B, act_dim] -> (q1, q2), each [B, out_dim]
     (out_dim = 1 for scalar Q, num_atoms logits for the distributional critic)."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], out_dim: int = 1):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], out_dim: int = 1,
+                 layer_norm: bool = False):
         super().__init__()
-        self.q1 = mlp(obs_dim + act_dim, hidden, out_dim)
-        self.q2 = mlp(obs_dim + act_dim, hidden, out_dim)
+        self.q1 = mlp(obs_dim + act_dim, hidden, out_dim, layer_norm)
+        self.q2 = mlp(obs_dim + act_dim, hidden, out_dim, layer_norm)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([obs, action], dim=-1)
@@ -24,9 +25,9 @@ class DoubleQ(nn.Module):
 class ValueNet(nn.Module):
     """State value V(s). obs [B, obs_dim] -> [B]."""
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...]):
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], layer_norm: bool = False):
         super().__init__()
-        self.net = mlp(obs_dim, hidden, 1)
+        self.net = mlp(obs_dim, hidden, 1, layer_norm)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs).squeeze(-1)

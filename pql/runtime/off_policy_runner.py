@@ -1,4 +1,5 @@
-"""`train(cfg)`: one run of an off-policy algorithm on the three-role runtime, end to end."""
+"""`train_off_policy(cfg)`: one run of an off-policy algorithm (pql, pql_d, sac) on the three-role
+runtime, end to end."""
 from __future__ import annotations
 
 import os
@@ -29,7 +30,7 @@ def evaluate_checkpoint(cfg, eval_env, algo, device, state: dict) -> tuple[float
     return evaluate(eval_env, policy, normalizer)
 
 
-def train(cfg) -> dict:
+def train_off_policy(cfg) -> dict:
     """Train (or, with cfg.test, evaluate a checkpoint). -> the final scalars."""
     device = apply_device_defaults(cfg)
     torch.manual_seed(cfg.runtime.seed)
