@@ -9,6 +9,7 @@ from pql.envs import make_env, to_env_action
 from pql.kernels.nstep import nstep_returns
 from pql.nets import ObsNormalizer
 from pql.runtime.control import C, RatioController, S
+from pql.runtime.episodes import EpisodeStats
 from pql.runtime.precision import inference_copy
 
 STATS_EVERY = 16  # actor steps between stats reports (each report is a host sync on CUDA)
@@ -59,10 +60,7 @@ class Actor:
         self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
         self.generator = torch.Generator(device=device).manual_seed(cfg.runtime.seed + 1)
         self.obs = self.env.reset()
-        n = self.env.num_envs
-        self.ep_return = torch.zeros(n, device=device)
-        self.ep_length = torch.zeros(n, device=device)
-        self.finished = torch.zeros(3, device=device)  # return sum, length sum, count
+        self.episodes = EpisodeStats(self.env.num_envs, device, int(shared.counters[C.EPISODES]))
         self.local_steps = 0
 
     def done(self) -> bool:
@@ -113,19 +111,13 @@ class Actor:
         self.ctrl.advance(C.ACTOR_STEPS)
 
     def _track_episodes(self, reward, done) -> None:
-        self.ep_return += reward
-        self.ep_length += 1
-        d = done.float()
-        self.finished += torch.stack([(self.ep_return * d).sum(), (self.ep_length * d).sum(), d.sum()])
-        self.ep_return *= 1 - d
-        self.ep_length *= 1 - d
+        self.episodes.track(reward, done)
         if self.local_steps % STATS_EVERY == 0:
-            ret, length, count = self.finished.tolist()
-            if count > 0:
-                self.shared.stats[S.TRAIN_RETURN] = ret / count
-                self.shared.stats[S.TRAIN_LENGTH] = length / count
-                self.shared.counters[C.EPISODES] += int(count)
-                self.finished.zero_()
+            stats = self.episodes.pop()
+            if "train/return" in stats:
+                self.shared.stats[S.TRAIN_RETURN] = stats["train/return"]
+                self.shared.stats[S.TRAIN_LENGTH] = stats["train/length"]
+            self.shared.counters[C.EPISODES] = stats["train/episodes"]
 
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "normalizer": self.normalizer.state_dict(),

@@ -16,6 +16,7 @@ from pql.envs import make_env, to_env_action
 from pql.evaluate import evaluate
 from pql.logging import RunLogger, WandbSettings
 from pql.nets import GaussianActor, ObsNormalizer
+from pql.runtime.episodes import EpisodeStats
 
 EVAL_SEED_OFFSET = 10_000  # eval envs draw other initial states than the training envs
 
@@ -42,10 +43,7 @@ class RolloutWorker:
     def __init__(self, env, normalizer: ObsNormalizer):
         self.env, self.normalizer = env, normalizer
         self.obs = env.reset()
-        self.ep_return = torch.zeros(env.num_envs, device=env.device)
-        self.ep_length = torch.zeros(env.num_envs, device=env.device)
-        self.finished = torch.zeros(3, device=env.device)  # return sum, length sum, count
-        self.episodes = 0
+        self.episodes = EpisodeStats(env.num_envs, env.device)
 
     @torch.no_grad()
     def collect(self, policy: GaussianActor, out: dict) -> None:
@@ -64,25 +62,12 @@ class RolloutWorker:
             out["terminated"][t] = terminated
             out["truncated"][t] = truncated
             out["final_obs"][t] = self.normalizer(info["final_obs"])
-            self._track_episodes(reward, terminated | truncated)
+            self.episodes.track(reward, terminated | truncated)
             self.obs = next_obs
 
-    def _track_episodes(self, reward: torch.Tensor, done: torch.Tensor) -> None:
-        self.ep_return += reward
-        self.ep_length += 1
-        d = done.float()
-        self.finished += torch.stack([(self.ep_return * d).sum(), (self.ep_length * d).sum(), d.sum()])
-        self.ep_return *= 1 - d
-        self.ep_length *= 1 - d
-
     def episode_stats(self) -> dict:
-        """Mean return and length of the training episodes finished since the last call (absent if
-        none did) and the count of all so far. Reads the device: a host sync."""
-        ret, length, count = self.finished.tolist()
-        self.finished.zero_()
-        self.episodes += int(count)
-        means = {"train/return": ret / count, "train/length": length / count} if count else {}
-        return {**means, "train/episodes": self.episodes}
+        """See EpisodeStats.pop (a host sync)."""
+        return self.episodes.pop()
 
 
 def evaluate_policy(eval_env, policy: GaussianActor, normalizer: ObsNormalizer) -> dict:

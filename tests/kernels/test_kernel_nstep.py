@@ -2,17 +2,9 @@
 import pytest
 import torch
 
-from pql.kernels import INTERPRETING, nstep_returns, triton_runs_on
+from impl_cases import CASES
+from pql.kernels import nstep_returns
 
-CASES = [
-    pytest.param(("torch", "cpu"), id="torch-cpu"),
-    pytest.param(("triton", "cpu"), id="triton-cpu", marks=pytest.mark.skipif(
-        not triton_runs_on("cpu"), reason="Triton on CPU tensors needs TRITON_INTERPRET=1 set "
-                                          "before pql.kernels is imported")),
-    pytest.param(("triton", "cuda"), id="triton-cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-        not torch.cuda.is_available() or INTERPRETING,
-        reason="needs CUDA, with TRITON_INTERPRET unset so that the kernels are compiled")]),
-]
 
 
 def slow_nstep(rewards, terminated, truncated, gamma, n):

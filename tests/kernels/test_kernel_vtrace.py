@@ -4,17 +4,9 @@ import math
 import pytest
 import torch
 
-from pql.kernels import INTERPRETING, triton_runs_on, vtrace
+from impl_cases import CASES
+from pql.kernels import vtrace
 
-CASES = [
-    pytest.param(("torch", "cpu"), id="torch-cpu"),
-    pytest.param(("triton", "cpu"), id="triton-cpu", marks=pytest.mark.skipif(
-        not triton_runs_on("cpu"), reason="Triton on CPU tensors needs TRITON_INTERPRET=1 set "
-                                          "before pql.kernels is imported")),
-    pytest.param(("triton", "cuda"), id="triton-cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-        not torch.cuda.is_available() or INTERPRETING,
-        reason="needs CUDA, with TRITON_INTERPRET unset so that the kernels are compiled")]),
-]
 
 
 def paper_vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, c_bar, lam, pg_rho_bar):

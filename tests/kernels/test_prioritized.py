@@ -4,18 +4,9 @@ import pytest
 import torch
 from scipy import stats
 
-from pql.kernels import INTERPRETING, triton_runs_on
+from impl_cases import CASES
 from pql.replay.prioritized import PrioritizedSampler, sequence_priority
 
-CASES = [
-    pytest.param(("torch", "cpu"), id="torch-cpu"),
-    pytest.param(("triton", "cpu"), id="triton-cpu", marks=pytest.mark.skipif(
-        not triton_runs_on("cpu"), reason="Triton on CPU tensors needs TRITON_INTERPRET=1 set "
-                                          "before pql.kernels is imported")),
-    pytest.param(("triton", "cuda"), id="triton-cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-        not torch.cuda.is_available() or INTERPRETING,
-        reason="needs CUDA, with TRITON_INTERPRET unset so that the kernels are compiled")]),
-]
 MODES = ["proportional", "rank"]
 
 
