@@ -24,6 +24,9 @@ def run(raw: dict) -> dict:
     except RoleFailure as e:  # a failing role arrives here with its traceback in the message
         print(f"pql: run failed: {e}", file=sys.stderr, flush=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print("pql: interrupted", file=sys.stderr, flush=True)
+        sys.exit(130)
 
 
 @hydra.main(version_base=None, config_path="cfg", config_name="config")

@@ -146,6 +146,11 @@ class ReplayConfig:
     priority_beta0: float = _opt(0.4, "a number in [0, 1]", _unit_interval)
     beta_anneal_updates: int = _opt(100_000, "an integer > 0 (critic updates over which β goes to 1)", _positive)
     priority_eps: float = _opt(1e-6, "a number > 0", _positive)
+    # Ape-X: the actor computes each new transition's priority where the data is made, with its
+    # own critic copy, as the sequence priority eta·max|δ| + (1−eta)·mean|δ| over the one-step TD
+    # errors of the steps its n-step window folds; false: new items enter at the max priority.
+    actor_priorities: bool = _opt(False, "true or false (true needs replay.kind=prioritized)")
+    priority_eta: float = _opt(0.9, "a number in [0, 1]", _unit_interval)
 
 
 @dataclass
@@ -268,6 +273,8 @@ def _cross_checks(cfg: Config) -> None:
             raise ConfigError("algo.noise_std_max", algo.noise_std_max, f"a number >= algo.noise_std_min ({algo.noise_std_min})")
         if algo.v_max <= algo.v_min:
             raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
+    if cfg.replay.actor_priorities and cfg.replay.kind != "prioritized":
+        raise ConfigError("replay.actor_priorities", True, "false, or true together with replay.kind=prioritized")
     if isinstance(algo, ImpalaConfig) and algo.c_bar > algo.rho_bar:
         raise ConfigError("algo.c_bar", algo.c_bar, f"a number <= algo.rho_bar ({algo.rho_bar}): IMPALA needs rho_bar >= c_bar")
     if cfg.test and not cfg.checkpoint:

@@ -42,6 +42,7 @@ BAD = [
     ("replay.kind=fifo", "replay.kind", "uniform, prioritized"),
     ("replay.capacity=0", "replay.capacity", "> 0"),
     ("replay.priority_beta0=1.5", "replay.priority_beta0", "[0, 1]"),
+    ("replay.actor_priorities=true", "replay.actor_priorities", "replay.kind=prioritized"),
     ("actor.precision=fp8", "actor.precision", "fp32, bf16, int8"),
     ("runtime.mode=threads", "runtime.mode", "process, sequential"),
     ("runtime.device=tpu", "runtime.device", "auto, cpu, cuda"),

@@ -66,6 +66,17 @@ def test_resume_continues_counters_and_training(make_config, tmp_path, mode):
     assert not [f for f in os.listdir(tmp_path / "second") if f.endswith(".tmp")]
 
 
+def test_actor_priorities_reach_the_replay(make_config, tmp_path):
+    """replay.actor_priorities: new items enter at the priorities the actor computed, so the
+    tree's leaves differ from one another (at the max priority they would start out equal)."""
+    cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=400", "replay.kind=prioritized",
+                               "replay.actor_priorities=true", "replay.capacity=4096"])
+    train(cfg)
+    leaves = load_checkpoint(tmp_path / "checkpoint.pt")["v_learner"]["sampler"]["tree"]["priorities"]
+    filled = leaves[leaves > 0]
+    assert filled.numel() > 200 and filled.unique().numel() > filled.numel() // 2
+
+
 def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
     cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=300"], run_dir=tmp_path / "run")
     train(cfg)
@@ -109,6 +120,27 @@ def test_killed_role_stops_the_run_promptly(tmp_path, victim):
     assert f"role {victim} died (killed by SIGKILL)" in err, err
     assert "Traceback" not in err
     time.sleep(0.5)
+    assert not [n for n, p in pids.items() if alive(p)]
+
+
+@pytest.mark.parametrize("mode", ["sequential", "process"])
+def test_ctrl_c_writes_a_checkpoint_and_stops_every_role(tmp_path, mode):
+    cmd = [sys.executable, "train.py", *SMALL, f"runtime.mode={mode}", "runtime.max_env_steps=100000000",
+           "runtime.checkpoint_every=1000000000", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = {}
+    for line in proc.stdout:
+        match = re.search(r"roles started: (.*)", line)
+        if match:
+            pids = {k: int(v) for k, v in (kv.split("=") for kv in match.group(1).split())}
+        if re.match(r"[1-9]\S*/\S+ steps", line):  # a progress line with env steps done: it trains
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "pql: interrupted" in err and "Traceback" not in err, err
+    saved = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert int(saved["counters"][C.ENV_STEPS]) > 0
     assert not [n for n, p in pids.items() if alive(p)]
 
 

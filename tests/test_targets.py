@@ -2,6 +2,7 @@
 slow reference written here from the definitions."""
 import copy
 
+import pytest
 import torch
 
 from pql.algos.common import soft_update
@@ -47,6 +48,30 @@ def test_nstep_window_matches_reference():
             assert torch.allclose(out["discount"][i], torch.tensor(disc), atol=1e-6)
             assert torch.equal(out["next_obs"][i], boot)
             assert torch.equal(out["obs"][i], obs[start, i]) and torch.equal(out["action"][i], actions[start, i])
+
+
+def test_nstep_window_sequence_priority_covers_the_folded_steps():
+    """With priority_eta, a folded transition's priority is eta·max + (1−eta)·mean of the one-step
+    |TD errors| of exactly the steps it folds (fewer than n where its episode ended)."""
+    torch.manual_seed(3)
+    steps, envs, n, eta = 20, 5, 3, 0.9
+    terms = torch.rand(steps, envs) < 0.2
+    truncs = (torch.rand(steps, envs) < 0.1) & ~terms
+    td = torch.rand(steps, envs)
+    window = NStepWindow(n, 0.99, priority_eta=eta)
+    for t in range(steps):
+        out = window.push(torch.zeros(envs, 2), torch.zeros(envs, 1), torch.zeros(envs), terms[t], truncs[t],
+                          torch.zeros(envs, 2), td[t])
+        if out is None:
+            continue
+        start = t - n + 1
+        for i in range(envs):
+            k = 1
+            while k < n and not (terms[start + k - 1, i] or truncs[start + k - 1, i]):
+                k += 1
+            folded = td[start:start + k, i].tolist()
+            assert out["priority"][i].item() == pytest.approx(eta * max(folded) + (1 - eta) * sum(folded) / k,
+                                                              rel=1e-6)
 
 
 def test_double_q_target_with_smoothing_matches_reference():

@@ -11,7 +11,7 @@ class UniformSampler:
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
 
-    def on_add(self, indices: torch.Tensor) -> None:
+    def on_add(self, indices: torch.Tensor, td_abs: torch.Tensor | None = None) -> None:
         return None
 
     def sample(self, batch_size: int, size: int, generator: torch.Generator | None = None):
@@ -58,18 +58,20 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, batch: dict) -> torch.Tensor:
-        """batch: {field: [B, *shape]} on any device. -> the ring indices written, [B] long."""
+    def add(self, batch: dict, td_abs: torch.Tensor | None = None) -> torch.Tensor:
+        """batch: {field: [B, *shape]} on any device; td_abs: [B] initial |TD errors| for a
+        prioritized sampler (None: it uses its own rule). -> the ring indices written, [B] long."""
         n = next(iter(batch.values())).shape[0]
         if n > self.capacity:  # only the newest `capacity` items can survive anyway
             batch = {k: v[-self.capacity:] for k, v in batch.items()}
+            td_abs = None if td_abs is None else td_abs[-self.capacity:]
             n = self.capacity
         indices = (self.cursor + torch.arange(n, device=self.device)) % self.capacity
         for k, store in self.storage.items():
             store[indices] = batch[k].to(self.device, store.dtype, non_blocking=True)
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
-        self.sampler.on_add(indices)
+        self.sampler.on_add(indices, None if td_abs is None else td_abs.to(self.device))
         return indices
 
     def sample(self, batch_size: int):

@@ -68,8 +68,13 @@ class PrioritizedSampler:
         """Importance exponent for the next sample call."""
         return self.beta0 + (1.0 - self.beta0) * min(1.0, self.num_samples / self.beta_anneal_updates)
 
-    def on_add(self, indices: torch.Tensor) -> None:
-        """New items in slots `indices` [B] int64 (overwritten ones included): max priority."""
+    def on_add(self, indices: torch.Tensor, td_abs: torch.Tensor | None = None) -> None:
+        """New items in slots `indices` [B] int64 (overwritten ones included): at the running max
+        priority, or, given td_abs [B] (|TD errors| computed where the data was made, Ape-X), at
+        the priorities those give."""
+        if td_abs is not None:
+            self.update(indices, td_abs)
+            return
         if self.mode == "proportional":
             self.tree.update(indices, self.max_priority.expand(indices.shape))
         else:
@@ -148,10 +153,12 @@ class PrioritizedSampler:
             self._ranked_size = 0
 
 
-def sequence_priority(td_abs: torch.Tensor, eta: float = 0.9) -> torch.Tensor:
+def sequence_priority(td_abs: torch.Tensor, eta: float = 0.9, lengths: torch.Tensor | None = None) -> torch.Tensor:
     """Priority of a sequence (R2D2 / Agent57): eta * max_t |delta_t| + (1 - eta) * mean_t |delta_t|.
 
-    td_abs: [B, T] float |TD errors| along each sequence; returns [B] float, on the same device.
+    td_abs: [B, T] float |TD errors| along each sequence; lengths: [B] int64 in [1, T], the steps
+    of each sequence that count (the first lengths[b]; None: all T). Returns [B] float, on the
+    same device.
     """
     if td_abs.dim() != 2 or not td_abs.is_floating_point():
         raise ValueError(f"td_abs must be a [B, T] float tensor, got shape {tuple(td_abs.shape)} "
@@ -159,4 +166,9 @@ def sequence_priority(td_abs: torch.Tensor, eta: float = 0.9) -> torch.Tensor:
     if td_abs.shape[1] == 0:
         raise ValueError("td_abs has T=0 steps; a sequence priority needs at least one")
     _check_number("eta", eta, 0 <= eta <= 1, "a number in [0, 1]")
-    return eta * td_abs.amax(dim=1) + (1 - eta) * td_abs.mean(dim=1)
+    if lengths is None:
+        return eta * td_abs.amax(dim=1) + (1 - eta) * td_abs.mean(dim=1)
+    counted = torch.arange(td_abs.shape[1], device=td_abs.device) < lengths.unsqueeze(1)
+    peak = torch.where(counted, td_abs, 0.0).amax(dim=1)  # |delta| >= 0, so 0 never wins a max
+    mean = torch.where(counted, td_abs, 0.0).sum(dim=1) / lengths
+    return eta * peak + (1 - eta) * mean

@@ -8,6 +8,7 @@ from pql.algos.exploration import noise_stds
 from pql.envs import make_env, to_env_action
 from pql.kernels.nstep import nstep_returns
 from pql.nets import ObsNormalizer
+from pql.replay.prioritized import sequence_priority
 from pql.runtime.control import C, RatioController, S
 from pql.runtime.episodes import EpisodeStats
 from pql.runtime.precision import inference_copy
@@ -16,33 +17,36 @@ STATS_EVERY = 16  # actor steps between stats reports (each report is a host syn
 
 
 class NStepWindow:
-    """The last n steps of every env; folds the oldest into one transition once n are in."""
+    """The last n steps of every env; folds the oldest into one transition once n are in.
 
-    def __init__(self, nstep: int, gamma: float):
-        self.nstep, self.gamma = nstep, gamma
+    With priority_eta set, each step also carries its one-step |TD error| [N] and the folded
+    transition its sequence priority over the steps it folds (Agent57's eta·max + (1−eta)·mean).
+    """
+
+    def __init__(self, nstep: int, gamma: float, priority_eta: float | None = None):
+        self.nstep, self.gamma, self.priority_eta = nstep, gamma, priority_eta
         self.steps: list[tuple] = []
 
-    def push(self, obs, action, reward, terminated, truncated, boot_obs) -> dict | None:
-        """boot_obs: info["final_obs"] — s_{t+1} of this episode even where the env was reset.
+    def push(self, obs, action, reward, terminated, truncated, boot_obs, td_abs=None) -> dict | None:
+        """boot_obs: info["final_obs"] — s_{t+1} of this episode even where the env was reset;
+        td_abs: [N] one-step |TD error| of this step (with priority_eta).
         -> the folded transition for the oldest step, or None while the window fills."""
-        self.steps.append((obs, action, reward, terminated, truncated, boot_obs))
+        self.steps.append((obs, action, reward, terminated, truncated, boot_obs, td_abs))
         if len(self.steps) < self.nstep:
             return None
         obs0, action0 = self.steps[0][0], self.steps[0][1]
-        rewards, terms, truncs, boots = (torch.stack(x) for x in list(zip(*self.steps))[2:])
+        rewards, terms, truncs, boots = (torch.stack(x) for x in list(zip(*self.steps))[2:6])
         returns, discount, steps = nstep_returns(rewards, terms, truncs, self.gamma, self.nstep)
         # The fold of step 0 ended m steps later (at an episode end or after n steps): bootstrap
         # from the observation that followed its last folded step, final_obs if the episode ended.
         last = steps[0] - 1
         next_obs = boots[last, torch.arange(obs0.shape[0], device=obs0.device)]
+        transition = {"obs": obs0, "action": action0, "reward": returns[0], "next_obs": next_obs, "discount": discount[0]}
+        if self.priority_eta is not None:
+            td_abs = torch.stack([s[6] for s in self.steps], dim=1)  # [N, n]
+            transition["priority"] = sequence_priority(td_abs, self.priority_eta, lengths=steps[0])
         self.steps.pop(0)
-        return {"obs": obs0, "action": action0, "reward": returns[0], "next_obs": next_obs, "discount": discount[0]}
-
-    def state_dict(self) -> dict:
-        return {"steps": [tuple(t.cpu() for t in s) for s in self.steps]}
-
-    def load_state_dict(self, state: dict, device) -> None:
-        self.steps = [tuple(t.to(device) for t in s) for s in state["steps"]]
+        return transition
 
 
 class Actor:
@@ -56,7 +60,11 @@ class Actor:
         self.acting_policy = self.policy
         self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
         self.noise_std = noise_stds(cfg.algo, self.env.num_envs, device)
-        self.window = NStepWindow(cfg.algo.nstep, cfg.algo.gamma)
+        self.window = NStepWindow(cfg.algo.nstep, cfg.algo.gamma,
+                                  cfg.replay.priority_eta if cfg.replay.actor_priorities else None)
+        # Ape-X: with replay.actor_priorities the actor keeps a critic copy to prioritise its data.
+        self.critic = algo.make_critic().to(device).requires_grad_(False) if cfg.replay.actor_priorities else None
+        self.critic_version = -1
         self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
         self.generator = torch.Generator(device=device).manual_seed(cfg.runtime.seed + 1)
         self.obs = self.env.reset()
@@ -77,17 +85,27 @@ class Actor:
     def idle(self) -> None:
         return None
 
-    def _sync_policy(self) -> None:
+    def _sync_weights(self) -> None:
         version = self.shared.policy.pull(self.policy, self.policy_version)
         if version != self.policy_version:
             self.policy_version = version
             self.acting_policy = inference_copy(self.policy, self.cfg.actor.precision)
+        if self.critic is not None:
+            self.critic_version = self.shared.critic.pull(self.critic, self.critic_version)
+
+    def _td_abs(self, obs, action, reward, terminated, final_obs) -> torch.Tensor:
+        """One-step |TD error| [N] of this step under the actor's critic and policy copies, with
+        the learner's own target rule (algo.critic_loss)."""
+        batch = {"obs": self.normalizer(obs), "action": action, "reward": reward,
+                 "next_obs": self.normalizer(final_obs), "discount": self.cfg.algo.gamma * (~terminated).float()}
+        _, td_abs, _ = self.algo.critic_loss(self.critic, self.critic, self.policy, batch, torch.ones_like(reward))
+        return td_abs
 
     @torch.no_grad()
     def step(self) -> None:
         c = self.shared.counters
         if self.local_steps % self.cfg.runtime.policy_sync_every == 0:
-            self._sync_policy()
+            self._sync_weights()
         self.normalizer.update(self.obs)
         self.shared.normalizer.publish(self.normalizer)
         warming = c[C.ACTOR_STEPS] - c[C.A0] < c[C.WARMUP]
@@ -98,7 +116,8 @@ class Actor:
         next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
         c[C.ENV_STEPS] += self.env.num_envs
         self._track_episodes(reward, terminated | truncated)
-        transition = self.window.push(self.obs, action, reward, terminated, truncated, info["final_obs"])
+        td_abs = None if self.critic is None else self._td_abs(self.obs, action, reward, terminated, info["final_obs"])
+        transition = self.window.push(self.obs, action, reward, terminated, truncated, info["final_obs"], td_abs)
         self.obs = next_obs
         self.local_steps += 1
         if transition is None:
@@ -120,8 +139,8 @@ class Actor:
             self.shared.counters[C.EPISODES] = stats["train/episodes"]
 
     def state_dict(self) -> dict:
+        # No window or observations: a resumed run restarts its envs' episodes.
         return {"policy": self.policy.state_dict(), "normalizer": self.normalizer.state_dict(),
-                "window": self.window.state_dict(), "obs": self.obs.cpu(),
                 "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -129,4 +148,3 @@ class Actor:
         self.acting_policy = inference_copy(self.policy, self.cfg.actor.precision)
         self.normalizer.load_state_dict(state["normalizer"])
         self.generator.set_state(state["generator"])
-        # The env restarts its episodes on resume, so the pre-checkpoint window is not continued.

@@ -234,23 +234,27 @@ def train_impala(cfg) -> dict:
             normalizer_version = shared.normalizer.pull(normalizer, normalizer_version)
             monitor.tick(int(c[C.ENV_STEPS]), learner.updates, scalars, final=True)
 
-        if ctx is None:
-            actor = ImpalaActor(cfg, shared, waiter, device)
-            learn(lambda: actor.ready() and actor.step())
-        else:
-            runtime = ActorProcess(cfg, shared, ctx)
-            runtime.start()
+        try:
+            if ctx is None:
+                actor = ImpalaActor(cfg, shared, waiter, device)
+                learn(lambda: actor.ready() and actor.step())
+            else:
+                runtime = ActorProcess(cfg, shared, ctx)
+                runtime.start()
 
-            def fill() -> None:
-                runtime.check()
-                if not waiter.wait(lambda: learner.ready() or bool(c[C.ACTOR_DONE]), runtime.check,
-                                   "a trajectory from the actor"):
-                    runtime.check()  # stopped: only a failing actor stops the run early
+                def fill() -> None:
+                    runtime.check()
+                    if not waiter.wait(lambda: learner.ready() or bool(c[C.ACTOR_DONE]), runtime.check,
+                                       "a trajectory from the actor"):
+                        runtime.check()  # stopped: only a failing actor stops the run early
 
-            try:
-                learn(fill)
-            finally:
-                runtime.stop()
+                try:
+                    learn(fill)
+                finally:
+                    runtime.stop()
+        except KeyboardInterrupt:
+            monitor.save_interrupted()  # the learner's state lives in this process
+            raise
     finally:
         logger.close()
     return report_done(cfg, int(c[C.ENV_STEPS]), monitor)

@@ -116,5 +116,8 @@ def run_processes(cfg, shared, monitor, obs_dim: int, act_dim: int, resume: dict
             time.sleep(POLL_S)
         runtime.check()
         monitor.tick(final=True)
+    except KeyboardInterrupt:
+        monitor.save_interrupted()  # the roles ignore SIGINT, so they can still hand in their parts
+        raise
     finally:
         runtime.stop()

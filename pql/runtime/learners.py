@@ -23,7 +23,9 @@ def make_sampler(replay_cfg, capacity: int, device):
 
     return PrioritizedSampler(capacity, device, mode=replay_cfg.priority_mode, alpha=replay_cfg.priority_alpha,
                               beta0=replay_cfg.priority_beta0, beta_anneal_updates=replay_cfg.beta_anneal_updates,
-                              eps=replay_cfg.priority_eps)
+                              eps=replay_cfg.priority_eps,
+                              # On a GPU each check is a host sync per update; the CPU checks for free.
+                              validate=torch.device(device).type == "cpu")
 
 
 class _Learner:
@@ -31,6 +33,7 @@ class _Learner:
 
     consumed_slot: C
     fields: tuple
+    staged_priorities = False  # whether new items take the priorities the actor staged
 
     def __init__(self, cfg, shared, algo, device, ctrl: RatioController, obs_dim: int, spec: dict, sampler, seed: int):
         self.cfg, self.shared, self.algo, self.device, self.ctrl = cfg, shared, algo, device, ctrl
@@ -48,7 +51,8 @@ class _Learner:
         c, ring = self.shared.counters, self.shared.ring
         while c[self.consumed_slot] < c[C.ACTOR_STEPS]:
             slot = int(c[self.consumed_slot]) % self.shared.ring_slots
-            self.replay.add({k: ring[k][slot] for k in self.fields})
+            self.replay.add({k: ring[k][slot] for k in self.fields},
+                            ring["priority"][slot] if self.staged_priorities else None)
             c[self.consumed_slot] += 1
 
     def _sample(self, batch_size: int):
@@ -69,6 +73,7 @@ class VLearner(_Learner):
         sampler = make_sampler(cfg.replay, cfg.replay.capacity, device)
         super().__init__(cfg, shared, algo, device, ctrl, obs_dim, transition_spec(obs_dim, act_dim), sampler,
                          cfg.runtime.seed + 2)
+        self.staged_priorities = cfg.replay.actor_priorities
         self.critic = algo.make_critic().to(device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.policy = algo.make_policy().to(device).requires_grad_(False)

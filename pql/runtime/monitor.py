@@ -11,6 +11,12 @@ from pql.nets import ObsNormalizer
 from pql.runtime.control import C, S
 
 
+def save_interrupted(path: str, save) -> None:
+    """Ctrl-C: write a checkpoint of where the run stands (save(path)), to resume from."""
+    print(f"\npql: interrupted; writing {path}", flush=True)
+    save(path)
+
+
 class Monitor:
     def __init__(self, cfg, shared, eval_env, algo, logger, device, save_checkpoint):
         """save_checkpoint(path) -> None writes a complete checkpoint (mode-specific)."""
@@ -91,6 +97,9 @@ class Monitor:
             scalars = self.scalars()
             self.logger.log(env_steps, scalars)
             self.logger.progress(env_steps, scalars)
+
+    def save_interrupted(self) -> None:
+        save_interrupted(self.checkpoint_path(), self.save_checkpoint)
 
     def checkpoint_path(self) -> str:
         return f"{self.cfg.run_dir}/checkpoint.pt"

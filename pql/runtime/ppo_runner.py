@@ -17,6 +17,7 @@ from pql.evaluate import evaluate
 from pql.logging import RunLogger, WandbSettings
 from pql.nets import GaussianActor, ObsNormalizer
 from pql.runtime.episodes import EpisodeStats
+from pql.runtime.monitor import save_interrupted
 
 EVAL_SEED_OFFSET = 10_000  # eval envs draw other initial states than the training envs
 
@@ -102,6 +103,9 @@ class OnPolicyMonitor:
 
     def checkpoint_path(self) -> str:
         return os.path.join(self.cfg.run_dir, "checkpoint.pt")
+
+    def save_interrupted(self) -> None:
+        save_interrupted(self.checkpoint_path(), self.save)
 
     def tick(self, env_steps: int, updates: int, scalars: Callable[[], dict], final: bool = False) -> None:
         """Evaluate, checkpoint and log what is due. scalars() -> the runner's latest scalars (called
@@ -213,6 +217,9 @@ def train_ppo(cfg) -> dict:
             updates += cfg.algo.epochs * cfg.algo.minibatches
             monitor.tick(env_steps, updates, scalars)
         monitor.tick(env_steps, updates, scalars, final=True)
+    except KeyboardInterrupt:
+        monitor.save_interrupted()
+        raise
     finally:
         logger.close()
         env.close()

@@ -61,7 +61,10 @@ def role_main(name: str, cfg, shared, obs_dim: int, act_dim: int, resume: dict |
         role = build_role(name, cfg, shared, algo, device, ctrl, obs_dim, act_dim, fresh_start=resume is None)
         if resume is not None:
             role.load_state_dict(resume[name])
-        served = int(shared.counters[C.CKPT_REQUEST])
+        # Requests are numbered from 1 in each launch; one made while this role was starting is
+        # still answered (reading the counter here instead would skip it, and the main process
+        # would wait for this role's part for ever).
+        served = 0
 
         def checkpoint_due() -> bool:
             return int(shared.counters[C.CKPT_REQUEST]) > served

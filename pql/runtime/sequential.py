@@ -24,6 +24,17 @@ def run_sequential(cfg, shared, monitor, algo, obs_dim: int, act_dim: int, resum
         save(path, {name: role.state_dict() for name, role in roles.items()}, shared.counters.clone())
 
     monitor.save_checkpoint = write
+    try:
+        _interleave(actor, learners, monitor, ctrl, shared)
+    except KeyboardInterrupt:
+        monitor.save_interrupted()
+        raise
+    shared.counters[C.ACTOR_DONE] = 1
+    monitor.tick(final=True)
+
+
+def _interleave(actor, learners, monitor, ctrl, shared) -> None:
+    """Step the actor whenever it may, then let each learner run as far as the ratios allow."""
     steps = 0
     while not monitor.should_stop():
         if actor.ready():
@@ -40,11 +51,9 @@ def run_sequential(cfg, shared, monitor, algo, obs_dim: int, act_dim: int, resum
                 while learner.ready():
                     learner.step()
                     progressed = True
-        if not actor.ready() and not actor.done() and not any(l.ready() for l in learners):
+        if not actor.ready() and not actor.done() and not any(learner.ready() for learner in learners):
             a, v, p = ctrl.progress()
             raise RuntimeError(f"sequential schedule cannot advance (actor steps {a}, critic updates {v}, "
                                f"policy updates {p}, staged {int(shared.counters[C.ACTOR_STEPS])})")
         if steps % TICK_EVERY == 0:
             monitor.tick()
-    shared.counters[C.ACTOR_DONE] = 1
-    monitor.tick(final=True)

@@ -14,7 +14,7 @@ from pql.runtime.weight_sync import SharedWeights
 class SharedState:
     counters: torch.Tensor          # [NUM_COUNTERS] int64, shared memory
     stats: torch.Tensor             # [NUM_STATS] float64, shared memory
-    ring: dict                      # staging ring {field: [slots, num_envs, ...]} on the device
+    ring: dict                      # staging ring {field: [slots, num_envs, ...]} of staging_spec, on the device
     policy: SharedWeights           # published by the P-learner
     critic: SharedWeights           # published by the V-learner
     normalizer: SharedWeights       # published by the actor
@@ -34,11 +34,16 @@ def transition_spec(obs_dim: int, act_dim: int) -> dict:
             "discount": ((), torch.float32)}
 
 
+def staging_spec(obs_dim: int, act_dim: int) -> dict:
+    """A transition and the priority the actor gives it (read only with replay.actor_priorities)."""
+    return {**transition_spec(obs_dim, act_dim), "priority": ((), torch.float32)}
+
+
 def make_shared_state(num_envs: int, obs_dim: int, act_dim: int, device, slots: int,
                       policy, critic, normalizer, ctx=None) -> SharedState:
     """ctx: a multiprocessing context for process mode, None for sequential mode."""
     ring = {k: torch.zeros((slots, num_envs, *shape), dtype=dtype, device=device)
-            for k, (shape, dtype) in transition_spec(obs_dim, act_dim).items()}
+            for k, (shape, dtype) in staging_spec(obs_dim, act_dim).items()}
     if torch.device(device).type == "cpu":
         for t in ring.values():
             t.share_memory_()

@@ -88,6 +88,17 @@ def test_new_items_enter_at_the_running_max_priority(case):
 
 
 @pytest.mark.parametrize("case", CASES)
+def test_new_items_can_bring_their_own_priorities(case):
+    """Ape-X: priorities computed where the data is made replace the max priority."""
+    impl, device = case
+    sampler = PrioritizedSampler(8, device, alpha=0.5, eps=1e-6, impl=impl)
+    sampler.on_add(torch.arange(3, device=device), torch.tensor([4.0, 0.0, 1.0], device=device))
+    torch.testing.assert_close(sampler.tree.leaves[:3].cpu(), torch.tensor([4.0, 0.0, 1.0]).add(1e-6).sqrt())
+    sampler.on_add(torch.tensor([3], device=device))  # and raise the running max new items get
+    assert sampler.tree.leaves[3].item() == pytest.approx((4 + 1e-6) ** 0.5)
+
+
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("mode", MODES)
 def test_duplicate_updates_keep_the_last(case, mode):
     sampler, td = filled(case, mode, capacity=8, size=8)
@@ -174,3 +185,14 @@ def test_sequence_priority():
         sequence_priority(td[0])
     with pytest.raises(ValueError, match="T=0"):
         sequence_priority(torch.zeros(2, 0))
+
+
+def test_sequence_priority_over_windows_of_different_lengths():
+    """Each row counts its first lengths[b] steps only (a window cut short by an episode end)."""
+    gen = torch.Generator().manual_seed(0)
+    td = torch.rand(6, 4, generator=gen)
+    lengths = torch.tensor([1, 2, 3, 4, 4, 2])
+    got = sequence_priority(td, eta=0.7, lengths=lengths)
+    for b in range(6):
+        window = td[b, :int(lengths[b])].tolist()
+        assert got[b].item() == pytest.approx(0.7 * max(window) + 0.3 * sum(window) / len(window), rel=1e-6)
