@@ -1,4 +1,5 @@
 """The three-role runtime: exact ratios, determinism, supervision, checkpoints and resume."""
+import contextlib
 import os
 import re
 import signal
@@ -85,6 +86,20 @@ def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
     assert result["eval/length"] >= 1 and "mean return" in capsys.readouterr().out
 
 
+@contextlib.contextmanager
+def running(cmd: list[str]):
+    """train.py in a process group of its own, killed with every role it started however the
+    test ends (a failed assertion must not leave a run behind eating the CPU of later tests)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -101,20 +116,20 @@ def alive(pid: int) -> bool:
 def test_killed_role_stops_the_run_promptly(tmp_path, victim):
     cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
            f"hydra.run.dir={tmp_path}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pids = {}
-    deadline = time.monotonic() + 120
-    for line in proc.stdout:
-        match = re.search(r"roles started: (.*)", line)
-        if match:
-            pids = {k: int(v) for k, v in (kv.split("=") for kv in match.group(1).split())}
-            break
-        assert time.monotonic() < deadline
-    assert set(pids) == {"actor", "v_learner", "p_learner"}
-    time.sleep(3)  # let the roles get going
-    os.kill(pids[victim], signal.SIGKILL)
-    killed = time.monotonic()
-    out, err = proc.communicate(timeout=30)
+    with running(cmd) as proc:
+        pids = {}
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:
+            match = re.search(r"roles started: (.*)", line)
+            if match:
+                pids = {k: int(v) for k, v in (kv.split("=") for kv in match.group(1).split())}
+                break
+            assert time.monotonic() < deadline
+        assert set(pids) == {"actor", "v_learner", "p_learner"}
+        time.sleep(3)  # let the roles get going
+        os.kill(pids[victim], signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=30)
     assert time.monotonic() - killed < 10
     assert proc.returncode != 0
     assert f"role {victim} died (killed by SIGKILL)" in err, err
@@ -127,16 +142,16 @@ def test_killed_role_stops_the_run_promptly(tmp_path, victim):
 def test_ctrl_c_writes_a_checkpoint_and_stops_every_role(tmp_path, mode):
     cmd = [sys.executable, "train.py", *SMALL, f"runtime.mode={mode}", "runtime.max_env_steps=100000000",
            "runtime.checkpoint_every=1000000000", f"hydra.run.dir={tmp_path}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pids = {}
-    for line in proc.stdout:
-        match = re.search(r"roles started: (.*)", line)
-        if match:
-            pids = {k: int(v) for k, v in (kv.split("=") for kv in match.group(1).split())}
-        if re.match(r"[1-9]\S*/\S+ steps", line):  # a progress line with env steps done: it trains
-            break
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    with running(cmd) as proc:
+        pids = {}
+        for line in proc.stdout:
+            match = re.search(r"roles started: (.*)", line)
+            if match:
+                pids = {k: int(v) for k, v in (kv.split("=") for kv in match.group(1).split())}
+            if re.match(r"[1-9]\S*/\S+ steps", line):  # a progress line with env steps done: it trains
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "pql: interrupted" in err and "Traceback" not in err, err
     saved = load_checkpoint(tmp_path / "checkpoint.pt")

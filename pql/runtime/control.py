@@ -54,6 +54,10 @@ class S(enum.IntEnum):
 NUM_COUNTERS, NUM_STATS = len(C), len(S)
 
 
+WAKE_S = 0.5          # a waiting role re-checks at least this often (a missed notify costs no more)
+LOCK_TIMEOUT_S = 1.0  # longest wait for the condition's lock
+
+
 class StallError(RuntimeError):
     pass
 
@@ -98,9 +102,7 @@ class RatioController:
         self.notify()
 
     def notify(self) -> None:
-        if self.condition is not None:
-            with self.condition:
-                self.condition.notify_all()
+        notify_all(self.condition)
 
     def wait(self, ready, idle, what: str) -> bool:
         """Block until `ready()` or the run stops; `idle()` runs on every wake-up (learners copy
@@ -108,20 +110,36 @@ class RatioController:
         -> True when ready, False when stopping. Raises StallError past the stall timeout."""
         start = time.monotonic()
         snapshot = self.counters[:C.CONSUMED_P + 1].clone()
-        with self.condition:
-            while True:
-                if self.stopping():
-                    return False
-                if ready():
-                    return True
-                idle()
-                if os.getppid() != self.parent_pid:
-                    raise StallError("the main process is gone")
-                current = self.counters[:C.CONSUMED_P + 1]
-                if not torch.equal(current, snapshot):
-                    snapshot, start = current.clone(), time.monotonic()
-                elif time.monotonic() - start > self.stall_timeout_s:
-                    a, v, p = self.progress()
-                    raise StallError(f"waited {self.stall_timeout_s:.0f}s for {what} with no progress "
-                                     f"(actor steps {a}, critic updates {v}, policy updates {p})")
-                self.condition.wait(timeout=0.5)
+        while True:
+            if self.stopping():
+                return False
+            if ready():
+                return True
+            idle()
+            if os.getppid() != self.parent_pid:
+                raise StallError("the main process is gone")
+            current = self.counters[:C.CONSUMED_P + 1]
+            if not torch.equal(current, snapshot):
+                snapshot, start = current.clone(), time.monotonic()
+            elif time.monotonic() - start > self.stall_timeout_s:
+                a, v, p = self.progress()
+                raise StallError(f"waited {self.stall_timeout_s:.0f}s for {what} with no progress "
+                                 f"(actor steps {a}, critic updates {v}, policy updates {p})")
+            # A timed acquire: a role killed while holding the lock must not block the others. The
+            # checks repeat under the lock, so a notify between the ones above and the wait is kept.
+            if self.condition.acquire(timeout=LOCK_TIMEOUT_S):
+                try:
+                    if not (self.stopping() or ready()):
+                        self.condition.wait(timeout=WAKE_S)
+                finally:
+                    self.condition.release()
+
+
+def notify_all(condition) -> None:
+    """Wake every role waiting on `condition` (None in sequential mode: nothing to wake). Gives up
+    after LOCK_TIMEOUT_S if a dead process holds the lock: the waiters' own timeouts cover it."""
+    if condition is not None and condition.acquire(timeout=LOCK_TIMEOUT_S):
+        try:
+            condition.notify_all()
+        finally:
+            condition.release()

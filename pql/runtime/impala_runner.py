@@ -27,11 +27,11 @@ from pql.algos.ppo import make_gaussian_policy
 from pql.checkpoint import save_checkpoint
 from pql.envs import make_env
 from pql.nets import ObsNormalizer
-from pql.runtime.control import C, NUM_COUNTERS, NUM_STATS, RatioController, S
+from pql.runtime.control import C, NUM_COUNTERS, NUM_STATS, RatioController, S, notify_all
 from pql.runtime.launch import ProcessRuntime
 from pql.runtime.ppo_runner import (OnPolicyMonitor, RolloutWorker, alloc_trajectories, checkpoint_state,
                                     evaluate_checkpoint, make_logger, report_done, setup_run, trajectory_spec)
-from pql.runtime.roles import _die_with_parent, ctrl_notify
+from pql.runtime.roles import _die_with_parent
 from pql.runtime.weight_sync import SharedWeights
 
 
@@ -175,7 +175,7 @@ def actor_main(cfg, shared: ImpalaShared, threads: int) -> None:
         shared.errors.close()
         shared.errors.join_thread()  # the traceback must leave before the process does
         shared.counters[C.STOP] = 1
-        ctrl_notify(shared)
+        notify_all(shared.condition)
         os._exit(1)
 
 

@@ -15,8 +15,8 @@ import time
 import torch
 import torch.multiprocessing as mp
 
-from pql.runtime.control import C
-from pql.runtime.roles import ROLE_NAMES, ctrl_notify, role_main
+from pql.runtime.control import C, notify_all
+from pql.runtime.roles import ROLE_NAMES, role_main
 
 POLL_S = 0.1
 STOP_GRACE_S = 3.0
@@ -71,7 +71,7 @@ class ProcessRuntime:
         c[C.CKPT_REQUEST] += 1
         request = int(c[C.CKPT_REQUEST])
         counters = c.clone()
-        ctrl_notify(self.shared)
+        notify_all(self.shared.condition)
         parts = {}
         while len(parts) < len(ROLE_NAMES):
             self.check()
@@ -86,7 +86,7 @@ class ProcessRuntime:
     def stop(self) -> None:
         """Stop every role: ask, then terminate, then kill; never leaves a child behind."""
         self.shared.counters[C.STOP] = 1
-        ctrl_notify(self.shared)
+        notify_all(self.shared.condition)
         deadline = time.monotonic() + STOP_GRACE_S
         for p in self.procs.values():
             p.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -14,7 +14,7 @@ import traceback
 import torch
 
 from pql.runtime.actor import Actor
-from pql.runtime.control import C, RatioController
+from pql.runtime.control import C, RatioController, notify_all
 from pql.runtime.learners import PLearner, VLearner
 
 ROLE_NAMES = ("actor", "v_learner", "p_learner")
@@ -80,11 +80,5 @@ def role_main(name: str, cfg, shared, obs_dim: int, act_dim: int, resume: dict |
         shared.errors.close()
         shared.errors.join_thread()  # the traceback must leave before the process does
         shared.counters[C.STOP] = 1
-        ctrl_notify(shared)
+        notify_all(shared.condition)
         os._exit(1)
-
-
-def ctrl_notify(shared) -> None:
-    if shared.condition is not None:
-        with shared.condition:
-            shared.condition.notify_all()
