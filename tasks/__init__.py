@@ -4,8 +4,6 @@ See tasks/base.py for the protocol every env follows and docs/tasks.md for the b
 """
 from __future__ import annotations
 
-import torch
-
 from .base import BatchedEnv, TaskError, check_num_envs, resolve_device
 from .mujoco import TASKS, make_env, resolve_backend
 

@@ -6,12 +6,12 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pql.config import load_config
+from pql.config import Config, load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def compose_config(overrides: list[str], run_dir) -> "pql.config.Config":
+def compose_config(overrides: list[str], run_dir) -> Config:
     """The validated Config that `python train.py <overrides>` would run, writing to run_dir."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "cfg"), version_base=None):
