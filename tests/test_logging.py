@@ -81,6 +81,14 @@ def test_progress_line():
                     "0:00:30 elapsed, 0:00:20 left")
 
 
+
+def test_time_left_is_the_sooner_of_step_budget_and_wall_time_limit():
+    by_steps = format_progress(100, 1_000_000_000, 400.0, 60.0, {}, max_time_s=360.0)
+    assert by_steps.endswith("0:01:00 elapsed, 0:05:00 left")  # not the ~700 h the step budget would take
+    by_time = format_progress(1_200_000, 2_000_000, 40_000.0, 30.0, {}, max_time_s=3600.0)
+    assert by_time.endswith("0:00:30 elapsed, 0:00:20 left")
+    assert format_progress(0, 100, None, 5.0, {}).endswith("0:00:05 elapsed, ? left")
+
 def test_wandb_settings_are_checked():
     with pytest.raises(ValueError, match="wandb.mode='cloud'"):
         WandbSettings(activate=True, mode="cloud")

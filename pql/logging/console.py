@@ -14,8 +14,8 @@ class Progress:
     estimate follows a run that speeds up after warm-up or slows down when evaluation kicks in.
     """
 
-    def __init__(self, total_env_steps: int, every_s: float):
-        self.total_env_steps = total_env_steps
+    def __init__(self, total_env_steps: int, every_s: float, max_time_s: float | None = None):
+        self.total_env_steps, self.max_time_s = total_env_steps, max_time_s
         self.every_s = every_s
         self._start = time.monotonic()
         self._last: tuple[float, int] | None = None  # (time, env_steps) of the last line printed
@@ -28,15 +28,17 @@ class Progress:
         if self._last is not None and now > self._last[0]:
             steps_per_s = (env_steps - self._last[1]) / (now - self._last[0])
         self._last = (now, env_steps)
-        print(format_progress(env_steps, self.total_env_steps, steps_per_s, now - self._start, scalars), flush=True)
+        print(format_progress(env_steps, self.total_env_steps, steps_per_s, now - self._start, scalars,
+                              self.max_time_s), flush=True)
 
 
 def format_progress(env_steps: int, total_env_steps: int, steps_per_s: float | None,
-                    elapsed_s: float, scalars: dict[str, float]) -> str:
+                    elapsed_s: float, scalars: dict[str, float], max_time_s: float | None = None) -> str:
     """One line, e.g.
     `1.20M/2.00M steps 60.0% | 41.3k steps/s | upd/s v_learner 5.2k p_learner 2.6k |
     ratio beta_av 8.00 beta_pv 2.00 | return 3512.4 | loss critic 0.412 actor -61.3 |
-    0:00:29 elapsed, 0:00:19 left`
+    0:00:29 elapsed, 0:00:19 left`. The time left is the sooner of the step budget at the current
+    speed and the wall-time limit `max_time_s` (None: none).
     """
     parts = [f"{_si(env_steps)}/{_si(total_env_steps)} steps {100.0 * env_steps / total_env_steps:.1f}%",
              f"{_si(steps_per_s) if steps_per_s is not None else '-'} steps/s",
@@ -45,9 +47,12 @@ def format_progress(env_steps: int, total_env_steps: int, steps_per_s: float | N
              f"return {scalars[EVAL_RETURN]:.1f}" if EVAL_RETURN in scalars else None,
              _group("loss", LOSS, "{:.3g}".format, scalars)]
     parts = [p for p in parts if p]
-    left = "?"
+    estimates = []
     if steps_per_s is not None and steps_per_s > 0:
-        left = _hms(max(total_env_steps - env_steps, 0) / steps_per_s)
+        estimates.append(max(total_env_steps - env_steps, 0) / steps_per_s)
+    if max_time_s is not None:
+        estimates.append(max(max_time_s - elapsed_s, 0.0))
+    left = _hms(min(estimates)) if estimates else "?"
     parts.append(f"{_hms(elapsed_s)} elapsed, {left} left")
     return " | ".join(parts)
 

@@ -28,10 +28,12 @@ class RunLogger:
         shown in TensorBoard's text tab and given to wandb.
     total_env_steps: the run's env-step budget, for the console's percentage and time left.
     progress_every_s: the console line is printed at most this often.
+    max_time_s: the run's wall-time limit (None: none), for the console's time left.
     """
 
     def __init__(self, run_dir: str | os.PathLike, config: dict, total_env_steps: int,
-                 wandb: WandbSettings | None = None, progress_every_s: float = 10.0):
+                 wandb: WandbSettings | None = None, progress_every_s: float = 10.0,
+                 max_time_s: float | None = None):
         if total_env_steps <= 0:
             raise ValueError(f"total_env_steps={total_env_steps!r} is not allowed; expected an integer > 0")
         self.run_dir = os.fspath(run_dir)
@@ -45,7 +47,7 @@ class RunLogger:
         self._csv = MetricsCsv(os.path.join(self.run_dir, METRICS_CSV))
         self._tb = SummaryWriter(log_dir=self.run_dir, flush_secs=10)
         self._tb.add_text("config", "```\n" + config_text + "\n```")  # TensorBoard renders markdown
-        self._progress = Progress(total_env_steps, progress_every_s)
+        self._progress = Progress(total_env_steps, progress_every_s, max_time_s)
         self._start = time.monotonic()
         self._latest: dict[str, float] = {}  # the console shows the last value of each key, e.g. the last eval
         self._closed = False

@@ -29,8 +29,9 @@ from pql.envs import make_env
 from pql.nets import ObsNormalizer
 from pql.runtime.control import C, NUM_COUNTERS, NUM_STATS, RatioController, S, notify_all
 from pql.runtime.launch import ProcessRuntime
+from pql.runtime.monitor import make_logger
 from pql.runtime.ppo_runner import (OnPolicyMonitor, RolloutWorker, alloc_trajectories, checkpoint_state,
-                                    evaluate_checkpoint, make_logger, report_done, setup_run, trajectory_spec)
+                                    evaluate_checkpoint, report_done, setup_run, trajectory_spec)
 from pql.runtime.roles import _die_with_parent
 from pql.runtime.weight_sync import SharedWeights
 

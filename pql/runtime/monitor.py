@@ -6,7 +6,9 @@ import time
 
 import torch
 
+from pql.config import to_dict
 from pql.evaluate import evaluate
+from pql.logging import RunLogger, WandbSettings
 from pql.nets import ObsNormalizer
 from pql.runtime.control import C, S
 
@@ -15,6 +17,13 @@ def save_interrupted(path: str, save) -> None:
     """Ctrl-C: write a checkpoint of where the run stands (save(path)), to resume from."""
     print(f"\npql: interrupted; writing {path}", flush=True)
     save(path)
+
+
+def make_logger(cfg) -> RunLogger:
+    """The run's CSV, TensorBoard, wandb and console logger, in cfg.run_dir."""
+    return RunLogger(cfg.run_dir, to_dict(cfg), cfg.runtime.max_env_steps,
+                     wandb=WandbSettings(**vars(cfg.wandb)) if cfg.wandb.activate else None,
+                     progress_every_s=cfg.runtime.log_every_s, max_time_s=cfg.runtime.max_time_s)
 
 
 class Monitor:
@@ -31,7 +40,7 @@ class Monitor:
         self.last_log_time = self.start
         self.last_counts = self._counts()
         self.last_eval: dict = {}
-        self.last_eval_step = -1
+        self.last_eval_version = -1  # the policy version evaluated last
         self.solved = False  # an evaluation reached runtime.stop_at_return
 
     def _counts(self) -> torch.Tensor:
@@ -74,7 +83,7 @@ class Monitor:
         return out
 
     def run_eval(self) -> dict:
-        self.shared.policy.pull(self.policy)
+        self.last_eval_version = self.shared.policy.pull(self.policy, self.last_eval_version)
         self.shared.normalizer.pull(self.normalizer)
         ret, length = evaluate(self.eval_env, self.policy, self.normalizer)
         self.last_eval = {"eval/return": ret, "eval/length": length}
@@ -83,9 +92,12 @@ class Monitor:
     def tick(self, final: bool = False) -> None:
         """Evaluate, checkpoint and log whatever is due at the current env step count."""
         env_steps = int(self.shared.counters[C.ENV_STEPS])
-        if env_steps >= self.next_eval or (final and env_steps != self.last_eval_step):
+        # The final evaluation is of the final policy, unless that one was just evaluated. A run
+        # stopped as solved reports the evaluation that solved it, even if the P-learner made an
+        # update or two more before it stopped.
+        final_due = final and not self.solved and self.shared.policy.current_version() != self.last_eval_version
+        if env_steps >= self.next_eval or final_due:
             self.logger.log(env_steps, self.run_eval())
-            self.last_eval_step = env_steps
             self.next_eval = env_steps + self.cfg.runtime.eval_every
             target = self.cfg.runtime.stop_at_return
             if target is not None and self.last_eval["eval/return"] >= target:

@@ -2,7 +2,6 @@
 runtime, end to end."""
 from __future__ import annotations
 
-import os
 
 import torch
 
@@ -11,11 +10,10 @@ from pql.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_
 from pql.config import apply_device_defaults, to_dict
 from pql.envs import make_env
 from pql.evaluate import evaluate
-from pql.logging import RunLogger, WandbSettings
 from pql.nets import ObsNormalizer
 from pql.runtime.control import C
 from pql.runtime.launch import run_processes
-from pql.runtime.monitor import Monitor
+from pql.runtime.monitor import Monitor, make_logger
 from pql.runtime.sequential import run_sequential
 from pql.runtime.shared import make_shared_state
 
@@ -65,10 +63,7 @@ def train_off_policy(cfg) -> dict:
     def save(path: str, parts: dict, counters: torch.Tensor) -> None:
         save_checkpoint(path, {**parts, "counters": counters, "rng": rng_state(), "config": to_dict(cfg)})
 
-    os.makedirs(cfg.run_dir, exist_ok=True)
-    logger = RunLogger(cfg.run_dir, to_dict(cfg), cfg.runtime.max_env_steps,
-                       wandb=WandbSettings(**vars(cfg.wandb)) if cfg.wandb.activate else None,
-                       progress_every_s=cfg.runtime.log_every_s)
+    logger = make_logger(cfg)
     monitor = Monitor(cfg, shared, eval_env, algo, logger, device, save_checkpoint=None)
     try:
         if cfg.runtime.mode == "sequential":

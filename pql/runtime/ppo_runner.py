@@ -14,10 +14,10 @@ from pql.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_
 from pql.config import ConfigError, apply_device_defaults, to_dict
 from pql.envs import make_env, to_env_action
 from pql.evaluate import evaluate
-from pql.logging import RunLogger, WandbSettings
+from pql.logging import RunLogger
 from pql.nets import GaussianActor, ObsNormalizer
 from pql.runtime.episodes import EpisodeStats
-from pql.runtime.monitor import save_interrupted
+from pql.runtime.monitor import make_logger, save_interrupted
 
 EVAL_SEED_OFFSET = 10_000  # eval envs draw other initial states than the training envs
 
@@ -90,7 +90,7 @@ class OnPolicyMonitor:
         self.next_eval = env_steps + cfg.runtime.eval_every
         self.next_checkpoint = env_steps + cfg.runtime.checkpoint_every
         self.last_counts = (env_steps, updates)
-        self.last_eval_step = -1
+        self.last_eval_updates = -1  # the learner update count at the last evaluation
         self.solved = False
         self.latest: dict = {}
 
@@ -110,11 +110,13 @@ class OnPolicyMonitor:
     def tick(self, env_steps: int, updates: int, scalars: Callable[[], dict], final: bool = False) -> None:
         """Evaluate, checkpoint and log what is due. scalars() -> the runner's latest scalars (called
         only when a log line is due: reading tensors is a host sync)."""
-        if env_steps >= self.next_eval or (final and env_steps != self.last_eval_step):
+        # The final evaluation is of the final policy, unless that one was just evaluated: a run
+        # stopped as solved reports the evaluation that solved it.
+        if env_steps >= self.next_eval or (final and updates != self.last_eval_updates):
             evaluation = evaluate_policy(self.eval_env, self.policy, self.normalizer)
             self.logger.log(env_steps, evaluation)
             self.latest.update(evaluation)
-            self.last_eval_step, self.next_eval = env_steps, env_steps + self.cfg.runtime.eval_every
+            self.last_eval_updates, self.next_eval = updates, env_steps + self.cfg.runtime.eval_every
             target = self.cfg.runtime.stop_at_return
             self.solved = target is not None and evaluation["eval/return"] >= target
         if env_steps >= self.next_checkpoint or final:
@@ -131,13 +133,6 @@ class OnPolicyMonitor:
             self.logger.log(env_steps, values)
             self.latest.update(values)
             self.logger.progress(env_steps, self.latest)
-
-
-def make_logger(cfg) -> RunLogger:
-    os.makedirs(cfg.run_dir, exist_ok=True)
-    return RunLogger(cfg.run_dir, to_dict(cfg), cfg.runtime.max_env_steps,
-                     wandb=WandbSettings(**vars(cfg.wandb)) if cfg.wandb.activate else None,
-                     progress_every_s=cfg.runtime.log_every_s)
 
 
 def setup_run(cfg, algo_cls):
