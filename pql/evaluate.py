@@ -23,3 +23,10 @@ def evaluate(env, policy, normalizer) -> tuple[float, float]:
         if not running.any():
             break
     return float(returns.mean()), float(lengths.mean())
+
+
+def report_checkpoint_evaluation(cfg, ret: float, length: float) -> dict:
+    """test=true: print what the checkpoint's policy scored. -> the eval scalars."""
+    print(f"pql: evaluated {cfg.checkpoint} on {cfg.task.eval_envs} {cfg.task.name} envs: "
+          f"mean return {ret:.2f}, mean length {length:.1f}", flush=True)
+    return {"eval/return": ret, "eval/length": length}

@@ -59,7 +59,7 @@ LOCK_TIMEOUT_S = 1.0  # longest wait for the condition's lock
 
 
 class StallError(RuntimeError):
-    pass
+    """A role waited past runtime.stall_timeout_s with no progress anywhere, or lost its parent."""
 
 
 class RatioController:

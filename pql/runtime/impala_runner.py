@@ -15,9 +15,6 @@ learner while none is; both block on a Condition, with runtime.stall_timeout_s a
 """
 from __future__ import annotations
 
-import os
-import signal
-import traceback
 from dataclasses import dataclass
 
 import torch
@@ -27,12 +24,12 @@ from pql.algos.ppo import make_gaussian_policy
 from pql.checkpoint import save_checkpoint
 from pql.envs import make_env
 from pql.nets import ObsNormalizer
-from pql.runtime.control import C, NUM_COUNTERS, NUM_STATS, RatioController, S, notify_all
-from pql.runtime.launch import ProcessRuntime
+from pql.runtime.control import C, NUM_COUNTERS, NUM_STATS, RatioController, S
+from pql.runtime.launch import ProcessRuntime, threads_per_process
 from pql.runtime.monitor import make_logger
 from pql.runtime.ppo_runner import (OnPolicyMonitor, RolloutWorker, alloc_trajectories, checkpoint_state,
-                                    evaluate_checkpoint, report_done, setup_run, trajectory_spec)
-from pql.runtime.roles import _die_with_parent
+                                    evaluate_checkpoint, setup_run, trajectory_spec)
+from pql.runtime.roles import role_process
 from pql.runtime.weight_sync import SharedWeights
 
 
@@ -102,7 +99,7 @@ class ImpalaActor:
         self.worker.collect(self.policy, {k: v[slot] for k, v in shared.ring.items()})
         shared.behaviour_version[slot] = self.policy_version
         shared.normalizer.publish(self.worker.normalizer)
-        stats = self.worker.episode_stats()
+        stats = self.worker.episodes.pop()
         if "train/return" in stats:
             shared.stats[S.TRAIN_RETURN], shared.stats[S.TRAIN_LENGTH] = stats["train/return"], stats["train/length"]
         c[C.EPISODES] = stats["train/episodes"]
@@ -153,40 +150,15 @@ class ImpalaLearner:
         return {"policy/version_lag": lag}
 
 
-def actor_threads(cfg) -> int:
-    if cfg.runtime.torch_threads:
-        return cfg.runtime.torch_threads
-    return max(1, (os.cpu_count() or 1) // 2) if cfg.runtime.device == "cpu" else 1
-
-
 def actor_main(cfg, shared: ImpalaShared, threads: int) -> None:
-    """Entry point of the actor process. Its exception reaches the main process with its traceback."""
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    torch.set_num_threads(threads)
-    try:
+    """Entry point of the actor process."""
+    with role_process("actor", shared, threads):
         # A resumed run does not replay the noise of the first launch.
         torch.manual_seed(cfg.runtime.seed + 1 + int(shared.counters[C.ENV_STEPS]))
         waiter = make_waiter(cfg, shared)
         actor = ImpalaActor(cfg, shared, waiter, torch.device(cfg.runtime.device))
         while waiter.wait(actor.ready, lambda: None, "a free trajectory slot"):
             actor.step()
-    except BaseException:
-        shared.errors.put(("actor", traceback.format_exc()))
-        shared.errors.close()
-        shared.errors.join_thread()  # the traceback must leave before the process does
-        shared.counters[C.STOP] = 1
-        notify_all(shared.condition)
-        os._exit(1)
-
-
-class ActorProcess(ProcessRuntime):
-    """The PQL runtime's start, supervision (`check`) and `stop` for IMPALA's one actor process."""
-
-    def __init__(self, cfg, shared: ImpalaShared, ctx):
-        self.cfg, self.shared, self.resume, self.parts = cfg, shared, None, {}
-        self.procs = {"actor": ctx.Process(target=actor_main, name="pql-actor", daemon=True,
-                                           args=(cfg, shared, actor_threads(cfg)))}
 
 
 def train_impala(cfg) -> dict:
@@ -240,7 +212,10 @@ def train_impala(cfg) -> dict:
                 actor = ImpalaActor(cfg, shared, waiter, device)
                 learn(lambda: actor.ready() and actor.step())
             else:
-                runtime = ActorProcess(cfg, shared, ctx)
+                # The learner runs in this process: the actor gets half the cores.
+                runtime = ProcessRuntime(shared, {"actor": ctx.Process(
+                    target=actor_main, name="pql-actor", daemon=True,
+                    args=(cfg, shared, threads_per_process(cfg, 2)))})
                 runtime.start()
 
                 def fill() -> None:
@@ -258,4 +233,4 @@ def train_impala(cfg) -> dict:
             raise
     finally:
         logger.close()
-    return report_done(cfg, int(c[C.ENV_STEPS]), monitor)
+    return monitor.report_done(int(c[C.ENV_STEPS]), monitor.latest)

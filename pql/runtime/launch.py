@@ -26,21 +26,28 @@ class RoleFailure(RuntimeError):
     """A role raised or died; str() names the role and the cause."""
 
 
-def role_threads(cfg) -> int:
+def threads_per_process(cfg, processes: int) -> int:
+    """Torch threads for each of `processes` busy processes: runtime.torch_threads, or on a CPU
+    the cores shared out among them (on a GPU the work is the device's; one thread)."""
     if cfg.runtime.torch_threads:
         return cfg.runtime.torch_threads
-    return max(1, (os.cpu_count() or 1) // len(ROLE_NAMES)) if cfg.runtime.device == "cpu" else 1
+    return max(1, (os.cpu_count() or 1) // processes) if cfg.runtime.device == "cpu" else 1
+
+
+def role_processes(cfg, shared, obs_dim: int, act_dim: int, resume: dict | None, ctx) -> dict:
+    """The three PQL roles, not yet started: {name: Process}."""
+    threads = threads_per_process(cfg, len(ROLE_NAMES))
+    return {name: ctx.Process(target=role_main, name=f"pql-{name}", daemon=True,
+                              args=(name, cfg, shared, obs_dim, act_dim, resume, threads))
+            for name in ROLE_NAMES}
 
 
 class ProcessRuntime:
-    def __init__(self, cfg, shared, obs_dim: int, act_dim: int, resume: dict | None, ctx):
-        self.cfg, self.shared, self.resume = cfg, shared, resume
-        self.procs = {}
-        threads = role_threads(cfg)
-        for name in ROLE_NAMES:
-            self.procs[name] = ctx.Process(target=role_main, name=f"pql-{name}", daemon=True,
-                                           args=(name, cfg, shared, obs_dim, act_dim, resume, threads))
-        self.parts: dict[int, dict] = {}
+    """Starts, supervises (`check`) and stops the role processes `procs` ({name: Process}) that
+    share `shared` (its errors queue, counters and condition)."""
+
+    def __init__(self, shared, procs: dict):
+        self.shared, self.procs = shared, procs
 
     def start(self) -> None:
         for p in self.procs.values():
@@ -49,21 +56,22 @@ class ProcessRuntime:
 
     def check(self) -> None:
         """Raise RoleFailure if any role reported an error or is no longer alive."""
-        try:
-            name, tb = self.shared.errors.get_nowait()
-            raise RoleFailure(f"role {name} failed:\n{tb.rstrip()}")
-        except queue.Empty:
-            pass
+        self._raise_reported(timeout=None)
         for name, p in self.procs.items():
             if not p.is_alive():
-                try:  # a role that raised exits right after queueing its traceback
-                    name_, tb = self.shared.errors.get(timeout=1.0)
-                    raise RoleFailure(f"role {name_} failed:\n{tb.rstrip()}")
-                except queue.Empty:
-                    pass
+                self._raise_reported(timeout=1.0)  # a role that raised exits right after queueing its traceback
                 code = p.exitcode
                 cause = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
                 raise RoleFailure(f"role {name} died ({cause})")
+
+    def _raise_reported(self, timeout: float | None) -> None:
+        """Raise RoleFailure with the traceback a role queued, if one arrives within `timeout`
+        (None: only one already there)."""
+        try:
+            name, tb = self.shared.errors.get(timeout=timeout) if timeout else self.shared.errors.get_nowait()
+        except queue.Empty:
+            return
+        raise RoleFailure(f"role {name} failed:\n{tb.rstrip()}")
 
     def checkpoint(self, path: str, save) -> None:
         """Ask every role for its state, wait (supervising) until all three answered, save."""
@@ -103,7 +111,7 @@ def run_processes(cfg, shared, monitor, obs_dim: int, act_dim: int, resume: dict
     """Run until the actor reaches the step budget (or time runs out), then write the final
     checkpoint and stop. Raises RoleFailure if a role fails."""
     ctx = mp.get_context("spawn")
-    runtime = ProcessRuntime(cfg, shared, obs_dim, act_dim, resume, ctx)
+    runtime = ProcessRuntime(shared, role_processes(cfg, shared, obs_dim, act_dim, resume, ctx))
     monitor.save_checkpoint = lambda path: runtime.checkpoint(path, save)
     runtime.start()
     try:

@@ -2,6 +2,7 @@
 checkpoint schedule. Used identically by the process and the sequential runtime."""
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -13,12 +14,6 @@ from pql.nets import ObsNormalizer
 from pql.runtime.control import C, S
 
 
-def save_interrupted(path: str, save) -> None:
-    """Ctrl-C: write a checkpoint of where the run stands (save(path)), to resume from."""
-    print(f"\npql: interrupted; writing {path}", flush=True)
-    save(path)
-
-
 def make_logger(cfg) -> RunLogger:
     """The run's CSV, TensorBoard, wandb and console logger, in cfg.run_dir."""
     return RunLogger(cfg.run_dir, to_dict(cfg), cfg.runtime.max_env_steps,
@@ -26,34 +21,69 @@ def make_logger(cfg) -> RunLogger:
                      progress_every_s=cfg.runtime.log_every_s, max_time_s=cfg.runtime.max_time_s)
 
 
-class Monitor:
+class RunSchedule:
+    """What every runner's monitor shares: the wall clock, when to stop (runtime.max_time_s, or
+    solved: an evaluation reached runtime.stop_at_return), whether the final evaluation is due,
+    the checkpoint path and the Ctrl-C checkpoint. save_checkpoint(path) writes a checkpoint."""
+
+    def __init__(self, cfg, save_checkpoint):
+        self.cfg, self.save_checkpoint = cfg, save_checkpoint
+        self.start = time.monotonic()
+        self.solved = False
+        self.last_eval_version = -1  # the policy version evaluated last
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def should_stop(self) -> bool:
+        limit = self.cfg.runtime.max_time_s
+        return self.solved or (limit is not None and self.elapsed() >= limit)
+
+    def final_eval_due(self, final: bool, policy_version: int) -> bool:
+        """The final evaluation is of the final policy, unless that one was just evaluated. A run
+        stopped as solved reports the evaluation that solved it, even if a learner made an update
+        or two more before it stopped."""
+        return final and not self.solved and policy_version != self.last_eval_version
+
+    def evaluated(self, policy_version: int, eval_return: float) -> None:
+        self.last_eval_version = policy_version
+        target = self.cfg.runtime.stop_at_return
+        if target is not None and eval_return >= target:
+            self.solved = True
+
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.cfg.run_dir, "checkpoint.pt")
+
+    def report_done(self, env_steps: int, final: dict) -> dict:
+        """Print the run's last line. -> final, the run's final scalars."""
+        print(f"pql: done: {env_steps:,} env steps in {self.elapsed():.0f}s, "
+              f"eval return {final.get('eval/return', float('nan')):.2f}; run dir {self.cfg.run_dir}", flush=True)
+        return final
+
+    def save_interrupted(self) -> None:
+        """Ctrl-C: write a checkpoint of where the run stands, to resume from."""
+        path = self.checkpoint_path()
+        print(f"\npql: interrupted; writing {path}", flush=True)
+        self.save_checkpoint(path)
+
+
+class Monitor(RunSchedule):
     def __init__(self, cfg, shared, eval_env, algo, logger, device, save_checkpoint):
         """save_checkpoint(path) -> None writes a complete checkpoint (mode-specific)."""
-        self.cfg, self.shared, self.eval_env, self.logger = cfg, shared, eval_env, logger
-        self.save_checkpoint = save_checkpoint
+        super().__init__(cfg, save_checkpoint)
+        self.shared, self.eval_env, self.logger = shared, eval_env, logger
         self.policy = algo.make_policy().to(device).requires_grad_(False)
         self.normalizer = ObsNormalizer(eval_env.obs_dim).to(device)
-        self.start = time.monotonic()
         c = shared.counters
         self.next_eval = int(c[C.ENV_STEPS]) + cfg.runtime.eval_every
         self.next_checkpoint = int(c[C.ENV_STEPS]) + cfg.runtime.checkpoint_every
         self.last_log_time = self.start
         self.last_counts = self._counts()
         self.last_eval: dict = {}
-        self.last_eval_version = -1  # the policy version evaluated last
-        self.solved = False  # an evaluation reached runtime.stop_at_return
 
     def _counts(self) -> torch.Tensor:
         c = self.shared.counters
         return torch.stack([c[C.ENV_STEPS], c[C.CRITIC_UPDATES], c[C.POLICY_UPDATES], c[C.ACTOR_STEPS]]).double()
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
-    def should_stop(self) -> bool:
-        """Out of wall time, or solved (runtime.max_time_s, runtime.stop_at_return)."""
-        limit = self.cfg.runtime.max_time_s
-        return self.solved or (limit is not None and self.elapsed() >= limit)
 
     def scalars(self) -> dict:
         c, s = self.shared.counters, self.shared.stats
@@ -83,25 +113,19 @@ class Monitor:
         return out
 
     def run_eval(self) -> dict:
-        self.last_eval_version = self.shared.policy.pull(self.policy, self.last_eval_version)
+        version = self.shared.policy.pull(self.policy, self.last_eval_version)
         self.shared.normalizer.pull(self.normalizer)
         ret, length = evaluate(self.eval_env, self.policy, self.normalizer)
+        self.evaluated(version, ret)
         self.last_eval = {"eval/return": ret, "eval/length": length}
         return self.last_eval
 
     def tick(self, final: bool = False) -> None:
         """Evaluate, checkpoint and log whatever is due at the current env step count."""
         env_steps = int(self.shared.counters[C.ENV_STEPS])
-        # The final evaluation is of the final policy, unless that one was just evaluated. A run
-        # stopped as solved reports the evaluation that solved it, even if the P-learner made an
-        # update or two more before it stopped.
-        final_due = final and not self.solved and self.shared.policy.current_version() != self.last_eval_version
-        if env_steps >= self.next_eval or final_due:
+        if env_steps >= self.next_eval or self.final_eval_due(final, self.shared.policy.current_version()):
             self.logger.log(env_steps, self.run_eval())
             self.next_eval = env_steps + self.cfg.runtime.eval_every
-            target = self.cfg.runtime.stop_at_return
-            if target is not None and self.last_eval["eval/return"] >= target:
-                self.solved = True
         if env_steps >= self.next_checkpoint or final:
             self.save_checkpoint(self.checkpoint_path())
             self.next_checkpoint = env_steps + self.cfg.runtime.checkpoint_every
@@ -110,8 +134,3 @@ class Monitor:
             self.logger.log(env_steps, scalars)
             self.logger.progress(env_steps, scalars)
 
-    def save_interrupted(self) -> None:
-        save_interrupted(self.checkpoint_path(), self.save_checkpoint)
-
-    def checkpoint_path(self) -> str:
-        return f"{self.cfg.run_dir}/checkpoint.pt"

@@ -9,7 +9,7 @@ from pql.algos import make_off_policy
 from pql.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from pql.config import apply_device_defaults, to_dict
 from pql.envs import make_env
-from pql.evaluate import evaluate
+from pql.evaluate import evaluate, report_checkpoint_evaluation
 from pql.nets import ObsNormalizer
 from pql.runtime.control import C
 from pql.runtime.launch import run_processes
@@ -37,10 +37,7 @@ def train_off_policy(cfg) -> dict:
     algo = make_off_policy(cfg.algo, obs_dim, act_dim)
     resume = load_checkpoint(cfg.checkpoint, map_location=device) if cfg.checkpoint else None
     if cfg.test:
-        ret, length = evaluate_checkpoint(cfg, eval_env, algo, device, resume)
-        print(f"pql: evaluated {cfg.checkpoint} on {cfg.task.eval_envs} {cfg.task.name} envs: "
-              f"mean return {ret:.2f}, mean length {length:.1f}", flush=True)
-        return {"eval/return": ret, "eval/length": length}
+        return report_checkpoint_evaluation(cfg, *evaluate_checkpoint(cfg, eval_env, algo, device, resume))
 
     policy, critic = algo.make_policy(), algo.make_critic()
     ctx = None
@@ -72,7 +69,4 @@ def train_off_policy(cfg) -> dict:
             run_processes(cfg, shared, monitor, obs_dim, act_dim, resume, save)
     finally:
         logger.close()
-    final = {**monitor.scalars(), **monitor.last_eval}
-    print(f"pql: done: {int(c[C.ENV_STEPS]):,} env steps in {monitor.elapsed():.0f}s, "
-          f"eval return {final.get('eval/return', float('nan')):.2f}; run dir {cfg.run_dir}", flush=True)
-    return final
+    return monitor.report_done(int(c[C.ENV_STEPS]), {**monitor.scalars(), **monitor.last_eval})

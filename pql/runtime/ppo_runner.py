@@ -3,7 +3,6 @@ runner shares (the IMPALA runner uses them too): the rollout worker that steps t
 Gaussian policy, the trajectory layout it fills, and the evaluate/checkpoint/log schedule."""
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
@@ -13,11 +12,11 @@ from pql.algos.ppo import PPO
 from pql.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from pql.config import ConfigError, apply_device_defaults, to_dict
 from pql.envs import make_env, to_env_action
-from pql.evaluate import evaluate
+from pql.evaluate import evaluate, report_checkpoint_evaluation
 from pql.logging import RunLogger
 from pql.nets import GaussianActor, ObsNormalizer
 from pql.runtime.episodes import EpisodeStats
-from pql.runtime.monitor import make_logger, save_interrupted
+from pql.runtime.monitor import RunSchedule, make_logger
 
 EVAL_SEED_OFFSET = 10_000  # eval envs draw other initial states than the training envs
 
@@ -66,10 +65,6 @@ class RolloutWorker:
             self.episodes.track(reward, terminated | truncated)
             self.obs = next_obs
 
-    def episode_stats(self) -> dict:
-        """See EpisodeStats.pop (a host sync)."""
-        return self.episodes.pop()
-
 
 def evaluate_policy(eval_env, policy: GaussianActor, normalizer: ObsNormalizer) -> dict:
     """Deterministic evaluation of the mean action, clipped to the box as in training."""
@@ -77,50 +72,34 @@ def evaluate_policy(eval_env, policy: GaussianActor, normalizer: ObsNormalizer) 
     return {"eval/return": ret, "eval/length": length}
 
 
-class OnPolicyMonitor:
+class OnPolicyMonitor(RunSchedule):
     """When an on-policy run evaluates, checkpoints, logs and stops (out of wall time, or solved:
     runtime.max_time_s, runtime.stop_at_return). The runner calls `tick` after every update;
     policy and normaliser are read at evaluation time."""
 
     def __init__(self, cfg, logger: RunLogger, eval_env, policy, normalizer, save: Callable[[str], None],
                  env_steps: int, updates: int):
-        self.cfg, self.logger, self.eval_env = cfg, logger, eval_env
-        self.policy, self.normalizer, self.save = policy, normalizer, save
-        self.start = self.last_log_time = time.monotonic()
+        super().__init__(cfg, save)
+        self.logger, self.eval_env = logger, eval_env
+        self.policy, self.normalizer = policy, normalizer
+        self.last_log_time = self.start
         self.next_eval = env_steps + cfg.runtime.eval_every
         self.next_checkpoint = env_steps + cfg.runtime.checkpoint_every
         self.last_counts = (env_steps, updates)
-        self.last_eval_updates = -1  # the learner update count at the last evaluation
-        self.solved = False
         self.latest: dict = {}
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
-    def should_stop(self) -> bool:
-        limit = self.cfg.runtime.max_time_s
-        return self.solved or (limit is not None and self.elapsed() >= limit)
-
-    def checkpoint_path(self) -> str:
-        return os.path.join(self.cfg.run_dir, "checkpoint.pt")
-
-    def save_interrupted(self) -> None:
-        save_interrupted(self.checkpoint_path(), self.save)
 
     def tick(self, env_steps: int, updates: int, scalars: Callable[[], dict], final: bool = False) -> None:
         """Evaluate, checkpoint and log what is due. scalars() -> the runner's latest scalars (called
         only when a log line is due: reading tensors is a host sync)."""
-        # The final evaluation is of the final policy, unless that one was just evaluated: a run
-        # stopped as solved reports the evaluation that solved it.
-        if env_steps >= self.next_eval or (final and updates != self.last_eval_updates):
+        # The learner's update count is its policy's version.
+        if env_steps >= self.next_eval or self.final_eval_due(final, updates):
             evaluation = evaluate_policy(self.eval_env, self.policy, self.normalizer)
             self.logger.log(env_steps, evaluation)
             self.latest.update(evaluation)
-            self.last_eval_updates, self.next_eval = updates, env_steps + self.cfg.runtime.eval_every
-            target = self.cfg.runtime.stop_at_return
-            self.solved = target is not None and evaluation["eval/return"] >= target
+            self.next_eval = env_steps + self.cfg.runtime.eval_every
+            self.evaluated(updates, evaluation["eval/return"])
         if env_steps >= self.next_checkpoint or final:
-            self.save(self.checkpoint_path())
+            self.save_checkpoint(self.checkpoint_path())
             self.next_checkpoint = env_steps + self.cfg.runtime.checkpoint_every
         now = time.monotonic()
         if now - self.last_log_time >= self.cfg.runtime.log_every_s or final:
@@ -164,22 +143,13 @@ def setup_run(cfg, algo_cls):
 def evaluate_checkpoint(cfg, eval_env, algo, normalizer) -> dict:
     """test=true: evaluate the restored policy and report."""
     result = evaluate_policy(eval_env, algo.policy, normalizer)
-    print(f"pql: evaluated {cfg.checkpoint} on {cfg.task.eval_envs} {cfg.task.name} envs: mean return "
-          f"{result['eval/return']:.2f}, mean length {result['eval/length']:.1f}", flush=True)
-    return result
+    return report_checkpoint_evaluation(cfg, result["eval/return"], result["eval/length"])
 
 
 def checkpoint_state(cfg, algo, normalizer: ObsNormalizer, env_steps: int, updates: int) -> dict:
     """The checkpoint of an on-policy run (read back by `setup_run`)."""
     return {"algo": algo.state_dict(), "normalizer": normalizer.state_dict(), "env_steps": env_steps,
             "updates": updates, "rng": rng_state(), "config": to_dict(cfg)}
-
-
-def report_done(cfg, env_steps: int, monitor: OnPolicyMonitor) -> dict:
-    final = monitor.latest
-    print(f"pql: done: {env_steps:,} env steps in {monitor.elapsed():.0f}s, "
-          f"eval return {final.get('eval/return', float('nan')):.2f}; run dir {cfg.run_dir}", flush=True)
-    return final
 
 
 def train_ppo(cfg) -> dict:
@@ -202,7 +172,7 @@ def train_ppo(cfg) -> dict:
     info: dict = {}
 
     def scalars() -> dict:
-        return {**info, **worker.episode_stats()}
+        return {**info, **worker.episodes.pop()}
 
     try:
         while env_steps < cfg.runtime.max_env_steps and not monitor.should_stop():
@@ -218,4 +188,4 @@ def train_ppo(cfg) -> dict:
     finally:
         logger.close()
         env.close()
-    return report_done(cfg, env_steps, monitor)
+    return monitor.report_done(env_steps, monitor.latest)

@@ -5,6 +5,7 @@ controller decides when `ready()` is true.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import os
@@ -46,12 +47,28 @@ def _die_with_parent() -> None:
         pass  # not Linux: the stall check's parent test still ends the role
 
 
-def role_main(name: str, cfg, shared, obs_dim: int, act_dim: int, resume: dict | None, threads: int) -> None:
-    """Entry point of a role process. Any exception reaches the main process with its traceback."""
+@contextlib.contextmanager
+def role_process(name: str, shared, threads: int):
+    """The frame of every role process (PQL's three, IMPALA's actor): it dies with its parent,
+    leaves Ctrl-C to the main process, and on any exception hands its traceback to the main
+    process through shared.errors, stops the run and exits."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     torch.set_num_threads(threads)
     try:
+        yield
+    except BaseException:
+        shared.errors.put((name, traceback.format_exc()))
+        shared.errors.close()
+        shared.errors.join_thread()  # the traceback must leave before the process does
+        shared.counters[C.STOP] = 1
+        notify_all(shared.condition)
+        os._exit(1)
+
+
+def role_main(name: str, cfg, shared, obs_dim: int, act_dim: int, resume: dict | None, threads: int) -> None:
+    """Entry point of a role process."""
+    with role_process(name, shared, threads):
         from pql.algos import make_off_policy
 
         torch.manual_seed(cfg.runtime.seed + 17 * (ROLE_NAMES.index(name) + 1))
@@ -75,10 +92,3 @@ def role_main(name: str, cfg, shared, obs_dim: int, act_dim: int, resume: dict |
                 shared.checkpoint_parts.put((served, name, serialize(role.state_dict())))
                 continue
             role.step()
-    except BaseException:
-        shared.errors.put((name, traceback.format_exc()))
-        shared.errors.close()
-        shared.errors.join_thread()  # the traceback must leave before the process does
-        shared.counters[C.STOP] = 1
-        notify_all(shared.condition)
-        os._exit(1)
