@@ -86,13 +86,17 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
-    """Return the `state` dict saved by `save_checkpoint`; tensors are moved to `map_location`."""
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Return the `state` dict saved by `save_checkpoint`, every tensor on the CPU.
+
+    Always the CPU: RNG states must arrive as CPU byte tensors (`torch.Generator.set_state` takes
+    nothing else), and each part of a run moves the rest to its own device as it loads it
+    (`load_state_dict` copies into tensors that already live there)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        data = torch.load(path, map_location=map_location, weights_only=True)
+        data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path} is not a readable pql checkpoint: {reason}") from e

@@ -173,6 +173,10 @@ class RuntimeConfig:
     critic_sync_every: int = _opt(1, "an integer >= 1 (critic updates between publications)", lambda v: v >= 1)
     max_lag: int = _opt(4, "an integer >= 1 (batched actor steps a role may run ahead of the ratio)", lambda v: v >= 1)
     stall_timeout_s: float = _opt(600.0, "a number > 0 (a role waiting longer than this stops the run)", _positive)
+    # Until every role has made progress once: envs built, Warp kernels compiled, graphs captured.
+    startup_timeout_s: float = _opt(1800.0, "a number > 0 (the stall limit until every role has made progress)",
+                                    _positive)
+    compile: Optional[bool] = _opt(None, "true, false or null (null: true on CUDA, false on CPU)")
     log_every_s: float = _opt(10.0, "a number > 0", _positive)
     torch_threads: Optional[int] = _opt(None, "an integer > 0 (null: cores shared out among the roles)", _positive)
 
@@ -301,17 +305,33 @@ def to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def apply_device_defaults(cfg: Config):
-    """Resolve `device: auto` and the null sizes for the device, print them, return the device."""
+def _resolve_device(value: str) -> str:
+    """"auto", "cpu", "cuda" or "cuda:N" -> "cpu" or "cuda:N" of a device this machine has."""
     import torch
 
-    device = cfg.runtime.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("runtime.device", cfg.runtime.device, "cpu or auto: no CUDA device is available")
-    cfg.runtime.device = device
+    if value == "auto":
+        value = "cuda" if torch.cuda.is_available() else "cpu"
+    if value == "cpu":
+        return value
+    if not torch.cuda.is_available():
+        raise ConfigError("runtime.device", value, "cpu or auto: no CUDA device is available")
+    count = torch.cuda.device_count()
+    index = int(value[5:]) if value.startswith("cuda:") else torch.cuda.current_device()
+    if index >= count:
+        raise ConfigError("runtime.device", value, f"cpu, auto, cuda or cuda:<index> with index < {count} "
+                                                   f"(this machine has {count} CUDA device(s))")
+    return f"cuda:{index}"
+
+
+def apply_device_defaults(cfg: Config):
+    """Resolve `device: auto` (to cpu or cuda:N) and the null settings for the device, check what
+    the device cannot run, print the settings, return the device."""
+    import torch
+
+    device = cfg.runtime.device = _resolve_device(cfg.runtime.device)
     on_gpu = device.startswith("cuda")
+    if on_gpu and cfg.actor.precision == "int8":
+        raise ConfigError("actor.precision", "int8", "fp32 or bf16 on CUDA (int8 inference runs on the CPU only)")
 
     # What fits the device: a GPU carries thousands of envs and large batches at hundreds of
     # thousands of env steps/s; two CPU cores carry tens of envs at a few hundred.
@@ -320,6 +340,8 @@ def apply_device_defaults(cfg: Config):
             setattr(group, key, on_cuda if on_gpu else on_cpu)
 
     runtime = cfg.runtime
+    if runtime.compile is None:
+        runtime.compile = on_gpu
     default(cfg.task, "num_envs", 4096, cfg.task.cpu_num_envs)
     if isinstance(cfg.algo, OffPolicyConfig):
         default(cfg.algo, "batch_size", 8192, 256)
@@ -330,5 +352,6 @@ def apply_device_defaults(cfg: Config):
     print(f"pql: task={cfg.task.name} algo={cfg.algo.name} device={device} num_envs={cfg.task.num_envs} "
           f"mode={cfg.runtime.mode}" + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
           + f" replay={cfg.replay.kind}:{cfg.replay.capacity:,} max_env_steps={runtime.max_env_steps:,} "
-          f"eval_every={runtime.eval_every:,} checkpoint_every={runtime.checkpoint_every:,}", flush=True)
+          f"eval_every={runtime.eval_every:,} checkpoint_every={runtime.checkpoint_every:,}"
+          + (f" compile={str(runtime.compile).lower()}" if on_gpu or runtime.compile else ""), flush=True)
     return torch.device(device)

@@ -8,8 +8,8 @@ import torch
 
 from pql.algos.sac import SAC
 from pql.config import OffPolicyConfig
-from pql.runtime.precision import inference_copy
-from pql.runtime.weight_sync import SharedWeights
+from pql.runtime.precision import InferenceCopy
+from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
 OBS_DIM, ACT_DIM = 5, 3
 
@@ -111,7 +111,7 @@ def test_v_learner_reads_alpha_from_the_synced_policy():
         p_learner_policy.log_alpha.fill_(math.log(0.37))
     shared = SharedWeights(p_learner_policy, "cpu")
     shared.publish(p_learner_policy)
-    shared.pull(v_learner_policy)
+    WeightsReader(shared, v_learner_policy).pull()
     assert abs(float(v_learner_policy.log_alpha.exp()) - 0.37) < 1e-6
 
 
@@ -119,7 +119,7 @@ def test_v_learner_reads_alpha_from_the_synced_policy():
 def test_explore_samples_the_policy_at_every_actor_precision(precision):
     torch.manual_seed(4)
     algo = make_algo()
-    acting = inference_copy(algo.make_policy(), precision)
+    acting = InferenceCopy(algo.make_policy(), precision).module
     obs = torch.randn(32, OBS_DIM)
     torch.manual_seed(5)
     a = algo.explore(acting, obs, torch.full((32, 1), 0.05))

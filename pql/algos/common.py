@@ -5,11 +5,19 @@ import torch
 from torch import nn
 
 
+def adam(params, lr: float | None = None) -> torch.optim.Adam:
+    """Adam over `params` (tensors or param groups); fused into one kernel per step when they
+    are on CUDA (the default there launches several per parameter tensor)."""
+    groups = [{**g, "params": list(g["params"])} if isinstance(g, dict) else g for g in params]
+    tensors = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+    fused = True if all(p.is_cuda for p in tensors) else None  # None: torch's default elsewhere
+    return torch.optim.Adam(groups, **({} if lr is None else {"lr": lr}), fused=fused)
+
+
 @torch.no_grad()
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """Polyak averaging θ' ← τθ + (1 − τ)θ' over parameters (buffers are copied)."""
-    for t, s in zip(target.parameters(), source.parameters()):
-        t.lerp_(s, tau)
+    torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
     for t, s in zip(target.buffers(), source.buffers()):
         t.copy_(s)
 

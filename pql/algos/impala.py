@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pql.algos.common import adam
 from pql.algos.ppo import log_prob_and_entropy, make_gaussian_policy
 from pql.kernels.vtrace import vtrace
 from pql.nets import ValueNet
@@ -22,7 +23,7 @@ class Impala:
         self.cfg = cfg
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
         self.baseline = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm).to(device)
-        self.optim = torch.optim.Adam([*self.policy.parameters(), *self.baseline.parameters()], lr=cfg.lr)
+        self.optim = adam([*self.policy.parameters(), *self.baseline.parameters()], cfg.lr)
 
     def forward(self, traj: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """π and V on a trajectory (see `update`). -> (log π(a_s|x_s), H(π(·|x_s)), V(x_s), each [T, N]

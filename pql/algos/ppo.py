@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pql.algos.common import adam
 from pql.nets import GaussianActor, ValueNet
 
 
@@ -70,7 +71,7 @@ class PPO:
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
         self.critic = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm).to(device)
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
-        self.optim = torch.optim.Adam(self.params, lr=cfg.lr)
+        self.optim = adam(self.params, cfg.lr)
 
     @torch.no_grad()
     def advantages(self, rollout: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -2,6 +2,8 @@
 transitions and publishes them into the staging ring."""
 from __future__ import annotations
 
+import collections
+
 import torch
 
 from pql.algos.exploration import noise_stds
@@ -10,8 +12,10 @@ from pql.kernels.nstep import nstep_returns
 from pql.nets import ObsNormalizer
 from pql.replay.prioritized import sequence_priority
 from pql.runtime.control import C, RatioController, S
+from pql.runtime.device import Fence
 from pql.runtime.episodes import EpisodeStats
-from pql.runtime.precision import inference_copy
+from pql.runtime.precision import InferenceCopy
+from pql.runtime.weight_sync import WeightsReader
 
 STATS_EVERY = 16  # actor steps between stats reports (each report is a host sync on CUDA)
 
@@ -56,42 +60,52 @@ class Actor:
         self.cfg, self.shared, self.algo, self.device, self.ctrl = cfg, shared, algo, device, ctrl
         self.env = make_env(cfg.task, cfg.task.num_envs, device, cfg.runtime.seed)
         self.policy = algo.make_policy().to(device)
-        self.policy_version = -1
-        self.acting_policy = self.policy
+        self.policy_reader = WeightsReader(shared.policy, self.policy)
+        self.acting = InferenceCopy(self.policy, cfg.actor.precision)
         self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
         self.noise_std = noise_stds(cfg.algo, self.env.num_envs, device)
         self.window = NStepWindow(cfg.algo.nstep, cfg.algo.gamma,
                                   cfg.replay.priority_eta if cfg.replay.actor_priorities else None)
         # Ape-X: with replay.actor_priorities the actor keeps a critic copy to prioritise its data.
         self.critic = algo.make_critic().to(device).requires_grad_(False) if cfg.replay.actor_priorities else None
-        self.critic_version = -1
+        self.critic_reader = None if self.critic is None else WeightsReader(shared.critic, self.critic)
         self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
         self.generator = torch.Generator(device=device).manual_seed(cfg.runtime.seed + 1)
         self.obs = self.env.reset()
         self.episodes = EpisodeStats(self.env.num_envs, device, int(shared.counters[C.EPISODES]))
         self.local_steps = 0
+        self.publishing: collections.deque[Fence] = collections.deque()  # ring writes not yet landed
 
     def done(self) -> bool:
         return int(self.shared.counters[C.ENV_STEPS]) >= self.cfg.runtime.max_env_steps
 
     def ready(self) -> bool:
+        self._publish_landed()
         c = self.shared.counters
         if self.done():
             c[C.ACTOR_DONE] = 1
             return False
-        ring_free = c[C.ACTOR_STEPS] - torch.minimum(c[C.CONSUMED_V], c[C.CONSUMED_P]) < self.shared.ring_slots
-        return bool(ring_free) and self.ctrl.actor_may_step()
+        staged = int(c[C.ACTOR_STEPS]) + len(self.publishing)
+        ring_free = staged - min(int(c[C.CONSUMED_V]), int(c[C.CONSUMED_P])) < self.shared.ring_slots
+        return ring_free and self.ctrl.actor_may_step(in_flight=len(self.publishing))
 
     def idle(self) -> None:
-        return None
+        self._publish_landed()
+
+    def _publish_landed(self) -> None:
+        """Count the ring writes that have landed: a learner reads a slot only once it is counted."""
+        landed = 0
+        while self.publishing and self.publishing[0].done():
+            self.publishing.popleft()
+            landed += 1
+        if landed:
+            self.ctrl.advance(C.ACTOR_STEPS, landed)
 
     def _sync_weights(self) -> None:
-        version = self.shared.policy.pull(self.policy, self.policy_version)
-        if version != self.policy_version:
-            self.policy_version = version
-            self.acting_policy = inference_copy(self.policy, self.cfg.actor.precision)
-        if self.critic is not None:
-            self.critic_version = self.shared.critic.pull(self.critic, self.critic_version)
+        if self.policy_reader.pull():
+            self.acting.refresh()
+        if self.critic_reader is not None:
+            self.critic_reader.pull()
 
     def _td_abs(self, obs, action, reward, terminated, final_obs) -> torch.Tensor:
         """One-step |TD error| [N] of this step under the actor's critic and policy copies, with
@@ -108,11 +122,12 @@ class Actor:
             self._sync_weights()
         self.normalizer.update(self.obs)
         self.shared.normalizer.publish(self.normalizer)
-        warming = c[C.ACTOR_STEPS] - c[C.A0] < c[C.WARMUP]
+        staged = int(c[C.ACTOR_STEPS]) + len(self.publishing)
+        warming = staged - int(c[C.A0]) < int(c[C.WARMUP])
         if warming and self.random_warmup:
             action = torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
         else:
-            action = self.algo.explore(self.acting_policy, self.normalizer(self.obs), self.noise_std)
+            action = self.algo.explore(self.acting.module, self.normalizer(self.obs), self.noise_std)
         next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
         c[C.ENV_STEPS] += self.env.num_envs
         self._track_episodes(reward, terminated | truncated)
@@ -122,12 +137,11 @@ class Actor:
         self.local_steps += 1
         if transition is None:
             return
-        slot = int(c[C.ACTOR_STEPS]) % self.shared.ring_slots
+        slot = staged % self.shared.ring_slots
         for k, v in transition.items():
             self.shared.ring[k][slot].copy_(v)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
-        self.ctrl.advance(C.ACTOR_STEPS)
+        self.publishing.append(Fence(self.device).record())
+        self._publish_landed()
 
     def _track_episodes(self, reward, done) -> None:
         self.episodes.track(reward, done)
@@ -145,6 +159,6 @@ class Actor:
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
-        self.acting_policy = inference_copy(self.policy, self.cfg.actor.precision)
+        self.acting.refresh()
         self.normalizer.load_state_dict(state["normalizer"])
         self.generator.set_state(state["generator"])

@@ -11,6 +11,10 @@ With β_a:v = 1:beta_av, β_p:v = 1:beta_pv and a window of `max_lag` actor step
 so over a run v/a → beta_av and v/p → beta_pv, each off by at most the window. A role that may
 not run blocks on a multiprocessing Condition that every role notifies after it counts; the
 wait has a timeout so a stopped run or a dead parent is noticed within a second.
+
+A role waiting with no progress anywhere for runtime.stall_timeout_s stops the run. Until every
+role has counted once in this launch the limit is runtime.startup_timeout_s instead: building
+the envs, compiling Warp's kernels cold and capturing CUDA graphs can take minutes.
 """
 from __future__ import annotations
 
@@ -66,10 +70,10 @@ class RatioController:
     """The predicates above over the shared counters, and the blocking wait."""
 
     def __init__(self, counters: torch.Tensor, condition, beta_av: int, beta_pv: int, max_lag: int,
-                 stall_timeout_s: float):
+                 stall_timeout_s: float, startup_timeout_s: float):
         self.counters, self.condition = counters, condition
         self.beta_av, self.beta_pv, self.max_lag = beta_av, beta_pv, max_lag
-        self.stall_timeout_s = stall_timeout_s
+        self.stall_timeout_s, self.startup_timeout_s = stall_timeout_s, startup_timeout_s
         self.parent_pid = os.getppid()
 
     def get(self, slot: C) -> int:
@@ -81,9 +85,15 @@ class RatioController:
         a = int(c[C.ACTOR_STEPS] - c[C.A0] - c[C.WARMUP])
         return a, int(c[C.CRITIC_UPDATES] - c[C.V0]), int(c[C.POLICY_UPDATES] - c[C.P0])
 
-    def actor_may_step(self) -> bool:
+    def actor_may_step(self, in_flight: int = 0) -> bool:
+        """in_flight: actor steps made but not counted yet (their ring writes have not landed)."""
         a, v, _ = self.progress()
-        return a * self.beta_av < v + self.max_lag * self.beta_av
+        return (a + in_flight) * self.beta_av < v + self.max_lag * self.beta_av
+
+    def started(self) -> bool:
+        """Whether every role has counted work in this launch."""
+        c = self.counters
+        return bool(c[C.ACTOR_STEPS] > c[C.A0] and c[C.CRITIC_UPDATES] > c[C.V0] and c[C.POLICY_UPDATES] > c[C.P0])
 
     def critic_may_update(self) -> bool:
         a, v, p = self.progress()
@@ -119,11 +129,12 @@ class RatioController:
             if os.getppid() != self.parent_pid:
                 raise StallError("the main process is gone")
             current = self.counters[:C.CONSUMED_P + 1]
+            limit = self.stall_timeout_s if self.started() else max(self.stall_timeout_s, self.startup_timeout_s)
             if not torch.equal(current, snapshot):
                 snapshot, start = current.clone(), time.monotonic()
-            elif time.monotonic() - start > self.stall_timeout_s:
+            elif time.monotonic() - start > limit:
                 a, v, p = self.progress()
-                raise StallError(f"waited {self.stall_timeout_s:.0f}s for {what} with no progress "
+                raise StallError(f"waited {limit:.0f}s for {what} with no progress "
                                  f"(actor steps {a}, critic updates {v}, policy updates {p})")
             # A timed acquire: a role killed while holding the lock must not block the others. The
             # checks repeat under the lock, so a notify between the ones above and the wait is kept.

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from pql.runtime.device import host_values
+
 
 class EpisodeStats:
     """Each env's running return and length, and sums over the episodes that finished since the
@@ -26,7 +28,7 @@ class EpisodeStats:
     def pop(self) -> dict:
         """Mean return and length of the episodes finished since the last call (absent if none
         did), and the count of all so far: {"train/return", "train/length", "train/episodes"}."""
-        ret, length, count = self.finished.tolist()
+        ret, length, count = host_values(*self.finished.unbind())
         self.finished.zero_()
         self.episodes += int(count)
         means = {"train/return": ret / count, "train/length": length / count} if count else {}

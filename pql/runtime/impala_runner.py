@@ -25,12 +25,13 @@ from pql.checkpoint import save_checkpoint
 from pql.envs import make_env
 from pql.nets import ObsNormalizer
 from pql.runtime.control import C, NUM_COUNTERS, NUM_STATS, RatioController, S
+from pql.runtime.device import synchronize, use_device
 from pql.runtime.launch import ProcessRuntime, threads_per_process
 from pql.runtime.monitor import make_logger
 from pql.runtime.ppo_runner import (OnPolicyMonitor, RolloutWorker, alloc_trajectories, checkpoint_state,
                                     evaluate_checkpoint, setup_run, trajectory_spec)
 from pql.runtime.roles import role_process
-from pql.runtime.weight_sync import SharedWeights
+from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
 
 @dataclass
@@ -69,7 +70,8 @@ def make_shared(cfg, obs_dim: int, act_dim: int, device, ctx=None) -> ImpalaShar
 def make_waiter(cfg, shared: ImpalaShared) -> RatioController:
     """The PQL runtime's blocking wait and counting over the shared counters. The ring needs no
     ratio: each side's ready() is its own predicate, so the β arguments are unused."""
-    return RatioController(shared.counters, shared.condition, 1, 1, cfg.algo.queue_size, cfg.runtime.stall_timeout_s)
+    return RatioController(shared.counters, shared.condition, 1, 1, cfg.algo.queue_size, cfg.runtime.stall_timeout_s,
+                           cfg.runtime.startup_timeout_s)
 
 
 class ImpalaActor:
@@ -79,9 +81,9 @@ class ImpalaActor:
         self.cfg, self.shared, self.waiter, self.device = cfg, shared, waiter, device
         env = make_env(cfg.task, cfg.task.num_envs, device, cfg.runtime.seed)
         self.policy = make_gaussian_policy(cfg.algo, env.obs_dim, env.act_dim).to(device)
-        self.policy_version = -1
+        self.policy_reader = WeightsReader(shared.policy, self.policy)
         normalizer = ObsNormalizer(env.obs_dim).to(device)
-        shared.normalizer.pull(normalizer)  # the statistics of a resumed run
+        WeightsReader(shared.normalizer, normalizer).pull_latest()  # the statistics of a resumed run
         self.worker = RolloutWorker(env, normalizer)
 
     def done(self) -> bool:
@@ -94,17 +96,16 @@ class ImpalaActor:
     @torch.no_grad()
     def step(self) -> None:
         c, shared = self.shared.counters, self.shared
-        self.policy_version = shared.policy.pull(self.policy, self.policy_version)
+        self.policy_reader.pull()
         slot = int(c[C.ACTOR_STEPS]) % self.cfg.algo.queue_size
         self.worker.collect(self.policy, {k: v[slot] for k, v in shared.ring.items()})
-        shared.behaviour_version[slot] = self.policy_version
+        shared.behaviour_version[slot] = self.policy_reader.version
         shared.normalizer.publish(self.worker.normalizer)
         stats = self.worker.episodes.pop()
         if "train/return" in stats:
             shared.stats[S.TRAIN_RETURN], shared.stats[S.TRAIN_LENGTH] = stats["train/return"], stats["train/length"]
         c[C.EPISODES] = stats["train/episodes"]
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()  # the slot is whole before it is published
+        synchronize(self.device)  # the slot is whole before it is published: one wait per trajectory
         c[C.ENV_STEPS] += self.cfg.algo.unroll * self.cfg.task.num_envs
         self.waiter.advance(C.ACTOR_STEPS)
         if self.done():  # after the publication: the learner takes every slot before it stops
@@ -119,7 +120,7 @@ class ImpalaLearner:
         self.cfg, self.shared, self.waiter, self.impala, self.device = cfg, shared, waiter, impala, device
         self.updates = updates
         self.lag_sum = self.lag_count = 0
-        shared.policy.publish(impala.policy)
+        shared.policy.publish(impala.policy, wait=True)
 
     def ready(self) -> bool:
         c = self.shared.counters
@@ -132,8 +133,7 @@ class ImpalaLearner:
         # Policy lag: the learner's version minus the version μ that made the trajectory.
         self.lag_sum += shared.policy.current_version() - int(shared.behaviour_version[slot])
         self.lag_count += 1
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()  # the copy is done before the slot is freed
+        synchronize(self.device)  # the copy is done before the slot is freed: one wait per trajectory
         self.waiter.advance(C.CONSUMED_V)
         info = self.impala.update(traj)
         self.updates += 1
@@ -153,10 +153,11 @@ class ImpalaLearner:
 def actor_main(cfg, shared: ImpalaShared, threads: int) -> None:
     """Entry point of the actor process."""
     with role_process("actor", shared, threads):
+        device = use_device(cfg.runtime.device)
         # A resumed run does not replay the noise of the first launch.
         torch.manual_seed(cfg.runtime.seed + 1 + int(shared.counters[C.ENV_STEPS]))
         waiter = make_waiter(cfg, shared)
-        actor = ImpalaActor(cfg, shared, waiter, torch.device(cfg.runtime.device))
+        actor = ImpalaActor(cfg, shared, waiter, device)
         while waiter.wait(actor.ready, lambda: None, "a free trajectory slot"):
             actor.step()
 
@@ -172,12 +173,12 @@ def train_impala(cfg) -> dict:
 
         ctx = mp.get_context("spawn")
     shared = make_shared(cfg, eval_env.obs_dim, eval_env.act_dim, device, ctx)
-    shared.normalizer.publish(normalizer)
+    shared.normalizer.publish(normalizer, wait=True)
     c = shared.counters
     c[C.ENV_STEPS] = resume["env_steps"] if resume else 0
     waiter = make_waiter(cfg, shared)
     learner = ImpalaLearner(cfg, shared, waiter, impala, device, resume["updates"] if resume else 0)
-    normalizer_version = -1
+    normalizer_reader = WeightsReader(shared.normalizer, normalizer)
 
     def save(path: str) -> None:
         save_checkpoint(path, checkpoint_state(cfg, impala, normalizer, int(c[C.ENV_STEPS]), learner.updates))
@@ -196,15 +197,15 @@ def train_impala(cfg) -> dict:
 
         def learn(fill) -> None:
             """fill() makes a trajectory available (or returns once the actor is done)."""
-            nonlocal info, normalizer_version
+            nonlocal info
             while not monitor.should_stop():
                 fill()
                 if not learner.ready():  # the actor is done and every trajectory it made was learnt from
                     break
                 info = learner.step()
-                normalizer_version = shared.normalizer.pull(normalizer, normalizer_version)
+                normalizer_reader.pull()
                 monitor.tick(int(c[C.ENV_STEPS]), learner.updates, scalars)
-            normalizer_version = shared.normalizer.pull(normalizer, normalizer_version)
+            normalizer_reader.pull_latest()
             monitor.tick(int(c[C.ENV_STEPS]), learner.updates, scalars, final=True)
 
         try:

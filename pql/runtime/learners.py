@@ -3,15 +3,18 @@ P-learner owns the policy and an observation replay. Each keeps a local copy of 
 network, refreshed from the versioned shared weights."""
 from __future__ import annotations
 
+import collections
 import copy
 
 import torch
 
-from pql.algos.common import soft_update
+from pql.algos.common import adam, soft_update
 from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer
 from pql.runtime.control import C, RatioController, S
+from pql.runtime.device import Fence, host_values
 from pql.runtime.shared import transition_spec
+from pql.runtime.weight_sync import WeightsReader
 
 STATS_EVERY = 50  # updates between stats reports (each report is a host sync on CUDA)
 
@@ -28,6 +31,22 @@ def make_sampler(replay_cfg, capacity: int, device):
                               validate=torch.device(device).type == "cpu")
 
 
+def compile_update(fn, enabled: bool, device: torch.device):
+    """`fn` (a learner's loss, fixed shapes) compiled when `enabled`: on CUDA as CUDA graphs
+    (torch.compile's "reduce-overhead": the forward and backward replay as one graph launch each
+    instead of dozens of kernel launches), on the CPU with inductor's default fusion."""
+    if not enabled:
+        return fn
+    compiled = torch.compile(fn, mode="reduce-overhead" if device.type == "cuda" else "default", dynamic=False)
+
+    def call(*args):
+        # One call is one training step: the outputs of the previous step's graphs may be reused.
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(*args)
+
+    return call
+
+
 class _Learner:
     """What both learners share: ingesting the staging ring and the normaliser copy."""
 
@@ -40,23 +59,34 @@ class _Learner:
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.replay = ReplayBuffer(cfg.replay.capacity, spec, device, sampler, self.generator)
         self.normalizer = ObsNormalizer(obs_dim).to(device)
-        self.normalizer_version = -1
+        self.normalizer_reader = WeightsReader(shared.normalizer, self.normalizer)
         self.updates = 0
+        self.ingested = int(shared.counters[self.consumed_slot])  # staged batches whose copy is queued
+        self.copies: collections.deque[Fence] = collections.deque()  # one per queued copy, oldest first
 
     def idle(self) -> None:
         self.ingest()
 
     def ingest(self) -> None:
-        """Copy every staged batch this learner has not seen into its replay."""
+        """Queue a copy of every staged batch not yet taken into the replay. A ring slot counts as
+        consumed (free for the actor to overwrite) only once its copy has landed."""
         c, ring = self.shared.counters, self.shared.ring
-        while c[self.consumed_slot] < c[C.ACTOR_STEPS]:
-            slot = int(c[self.consumed_slot]) % self.shared.ring_slots
+        staged = int(c[C.ACTOR_STEPS])
+        while self.ingested < staged:
+            slot = self.ingested % self.shared.ring_slots
             self.replay.add({k: ring[k][slot] for k in self.fields},
                             ring["priority"][slot] if self.staged_priorities else None)
-            c[self.consumed_slot] += 1
+            self.copies.append(Fence(self.device).record())
+            self.ingested += 1
+        landed = 0
+        while self.copies and self.copies[0].done():
+            self.copies.popleft()
+            landed += 1
+        if landed:
+            self.ctrl.advance(self.consumed_slot, landed)
 
     def _sample(self, batch_size: int):
-        self.normalizer_version = self.shared.normalizer.pull(self.normalizer, self.normalizer_version)
+        self.normalizer_reader.pull()
         batch, indices, weights = self.replay.sample(batch_size)
         for k in ("obs", "next_obs"):
             if k in batch:
@@ -77,9 +107,12 @@ class VLearner(_Learner):
         self.critic = algo.make_critic().to(device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.policy = algo.make_policy().to(device).requires_grad_(False)
-        self.policy_version = -1
-        self.optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.algo.critic_lr)
-        shared.critic.publish(self.critic)
+        self.policy_reader = WeightsReader(shared.policy, self.policy)
+        self.optim = adam(self.critic.parameters(), cfg.algo.critic_lr)
+        self.critic_loss = compile_update(
+            lambda batch, weights: algo.critic_loss(self.critic, self.target_critic, self.policy, batch, weights),
+            cfg.runtime.compile, device)
+        shared.critic.publish(self.critic, wait=True)
 
     def ready(self) -> bool:
         return self.ctrl.critic_may_update()
@@ -87,9 +120,9 @@ class VLearner(_Learner):
     def step(self) -> None:
         self.ingest()
         if self.updates % self.cfg.runtime.policy_sync_every == 0:
-            self.policy_version = self.shared.policy.pull(self.policy, self.policy_version)
+            self.policy_reader.pull()
         batch, indices, weights = self._sample(self.cfg.algo.batch_size)
-        loss, td_abs, info = self.algo.critic_loss(self.critic, self.target_critic, self.policy, batch, weights)
+        loss, td_abs, info = self.critic_loss(batch, weights)
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
         self.optim.step()
@@ -99,9 +132,9 @@ class VLearner(_Learner):
         if self.updates % self.cfg.runtime.critic_sync_every == 0:
             self.shared.critic.publish(self.critic)
         if self.updates % STATS_EVERY == 0:
-            self.shared.stats[S.CRITIC_LOSS] = float(info["critic/loss"])
-            self.shared.stats[S.Q_MEAN] = float(info["critic/q"])
-            self.shared.stats[S.POLICY_VERSION_LAG] = self.shared.policy.current_version() - self.policy_version
+            self.shared.stats[S.CRITIC_LOSS], self.shared.stats[S.Q_MEAN] = host_values(
+                info["critic/loss"], info["critic/q"])
+            self.shared.stats[S.POLICY_VERSION_LAG] = self.shared.policy.current_version() - self.policy_reader.version
         self.ctrl.advance(C.CRITIC_UPDATES)
 
     def state_dict(self) -> dict:
@@ -114,7 +147,7 @@ class VLearner(_Learner):
         self.target_critic.load_state_dict(state["target_critic"])
         self.optim.load_state_dict(state["optim"])
         self.generator.set_state(state["generator"])
-        self.shared.critic.publish(self.critic)
+        self.shared.critic.publish(self.critic, wait=True)
 
 
 class PLearner(_Learner):
@@ -127,18 +160,20 @@ class PLearner(_Learner):
                          cfg.runtime.seed + 3)
         self.policy = algo.make_policy().to(device)
         self.critic = algo.make_critic().to(device).requires_grad_(False)
-        self.critic_version = -1
-        self.optim = torch.optim.Adam(algo.policy_optim_params(self.policy))
-        shared.policy.publish(self.policy)
+        self.critic_reader = WeightsReader(shared.critic, self.critic)
+        self.optim = adam(algo.policy_optim_params(self.policy))
+        self.policy_loss = compile_update(lambda obs: algo.policy_loss(self.policy, self.critic, obs),
+                                          cfg.runtime.compile, device)
+        shared.policy.publish(self.policy, wait=True)
 
     def ready(self) -> bool:
         return self.ctrl.policy_may_update()
 
     def step(self) -> None:
         self.ingest()
-        self.critic_version = self.shared.critic.pull(self.critic, self.critic_version)
+        self.critic_reader.pull()
         batch, _, _ = self._sample(self.cfg.algo.batch_size)
-        loss, info = self.algo.policy_loss(self.policy, self.critic, batch["obs"])
+        loss, info = self.policy_loss(batch["obs"])
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
         self.optim.step()
@@ -146,7 +181,7 @@ class PLearner(_Learner):
         if self.updates % self.cfg.runtime.policy_sync_every == 0:
             self.shared.policy.publish(self.policy)
         if self.updates % STATS_EVERY == 0:
-            self.shared.stats[S.POLICY_LOSS] = float(info["policy/loss"])
+            self.shared.stats[S.POLICY_LOSS], = host_values(info["policy/loss"])
         self.ctrl.advance(C.POLICY_UPDATES)
 
     def state_dict(self) -> dict:
@@ -157,4 +192,4 @@ class PLearner(_Learner):
         self.policy.load_state_dict(state["policy"])
         self.optim.load_state_dict(state["optim"])
         self.generator.set_state(state["generator"])
-        self.shared.policy.publish(self.policy)
+        self.shared.policy.publish(self.policy, wait=True)

@@ -12,6 +12,7 @@ from pql.evaluate import evaluate
 from pql.logging import RunLogger, WandbSettings
 from pql.nets import ObsNormalizer
 from pql.runtime.control import C, S
+from pql.runtime.weight_sync import WeightsReader
 
 
 def make_logger(cfg) -> RunLogger:
@@ -74,6 +75,8 @@ class Monitor(RunSchedule):
         self.shared, self.eval_env, self.logger = shared, eval_env, logger
         self.policy = algo.make_policy().to(device).requires_grad_(False)
         self.normalizer = ObsNormalizer(eval_env.obs_dim).to(device)
+        self.policy_reader = WeightsReader(shared.policy, self.policy)
+        self.normalizer_reader = WeightsReader(shared.normalizer, self.normalizer)
         c = shared.counters
         self.next_eval = int(c[C.ENV_STEPS]) + cfg.runtime.eval_every
         self.next_checkpoint = int(c[C.ENV_STEPS]) + cfg.runtime.checkpoint_every
@@ -113,17 +116,20 @@ class Monitor(RunSchedule):
         return out
 
     def run_eval(self) -> dict:
-        version = self.shared.policy.pull(self.policy, self.last_eval_version)
-        self.shared.normalizer.pull(self.normalizer)
+        """Evaluate the newest published policy (waiting for a whole copy of it, never an older
+        one) with the newest observation statistics; the version evaluated is logged."""
+        version = self.policy_reader.pull_latest()
+        self.normalizer_reader.pull_latest()
         ret, length = evaluate(self.eval_env, self.policy, self.normalizer)
         self.evaluated(version, ret)
-        self.last_eval = {"eval/return": ret, "eval/length": length}
+        self.last_eval = {"eval/return": ret, "eval/length": length, "eval/policy_version": version}
         return self.last_eval
 
     def tick(self, final: bool = False) -> None:
         """Evaluate, checkpoint and log whatever is due at the current env step count."""
         env_steps = int(self.shared.counters[C.ENV_STEPS])
-        if env_steps >= self.next_eval or self.final_eval_due(final, self.shared.policy.current_version()):
+        version = self.shared.policy.current_version()  # 0 until the P-learner has published once
+        if version and (env_steps >= self.next_eval or self.final_eval_due(final, version)):
             self.logger.log(env_steps, self.run_eval())
             self.next_eval = env_steps + self.cfg.runtime.eval_every
         if env_steps >= self.next_checkpoint or final:

@@ -12,6 +12,7 @@ from pql.envs import make_env
 from pql.evaluate import evaluate, report_checkpoint_evaluation
 from pql.nets import ObsNormalizer
 from pql.runtime.control import C
+from pql.runtime.device import use_device
 from pql.runtime.launch import run_processes
 from pql.runtime.monitor import Monitor, make_logger
 from pql.runtime.sequential import run_sequential
@@ -30,12 +31,12 @@ def evaluate_checkpoint(cfg, eval_env, algo, device, state: dict) -> tuple[float
 
 def train_off_policy(cfg) -> dict:
     """Train (or, with cfg.test, evaluate a checkpoint). -> the final scalars."""
-    device = apply_device_defaults(cfg)
+    device = use_device(apply_device_defaults(cfg))
     torch.manual_seed(cfg.runtime.seed)
     eval_env = make_env(cfg.task, cfg.task.eval_envs, device, cfg.runtime.seed + 10_000)
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim
     algo = make_off_policy(cfg.algo, obs_dim, act_dim)
-    resume = load_checkpoint(cfg.checkpoint, map_location=device) if cfg.checkpoint else None
+    resume = load_checkpoint(cfg.checkpoint) if cfg.checkpoint else None
     if cfg.test:
         return report_checkpoint_evaluation(cfg, *evaluate_checkpoint(cfg, eval_env, algo, device, resume))
 

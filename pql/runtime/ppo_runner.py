@@ -15,6 +15,7 @@ from pql.envs import make_env, to_env_action
 from pql.evaluate import evaluate, report_checkpoint_evaluation
 from pql.logging import RunLogger
 from pql.nets import GaussianActor, ObsNormalizer
+from pql.runtime.device import use_device
 from pql.runtime.episodes import EpisodeStats
 from pql.runtime.monitor import RunSchedule, make_logger
 
@@ -118,7 +119,7 @@ def setup_run(cfg, algo_cls):
     """What every on-policy run starts with: the device, the seed, the eval envs, the algorithm and
     the observation normaliser, restored from cfg.checkpoint if one is given.
     -> (device, eval_env, algo, normalizer, checkpoint state or None)."""
-    device = apply_device_defaults(cfg)
+    device = use_device(apply_device_defaults(cfg))
     if cfg.runtime.torch_threads:
         torch.set_num_threads(cfg.runtime.torch_threads)
     torch.manual_seed(cfg.runtime.seed)
@@ -127,7 +128,7 @@ def setup_run(cfg, algo_cls):
     normalizer = ObsNormalizer(eval_env.obs_dim).to(device)
     state = None
     if cfg.checkpoint:
-        state = load_checkpoint(cfg.checkpoint, map_location=device)
+        state = load_checkpoint(cfg.checkpoint)
         written_by = state.get("config", {}).get("algo", {}).get("name")
         if written_by != cfg.algo.name:
             raise ConfigError("checkpoint", cfg.checkpoint,

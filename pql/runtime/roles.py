@@ -16,6 +16,7 @@ import torch
 
 from pql.runtime.actor import Actor
 from pql.runtime.control import C, RatioController, notify_all
+from pql.runtime.device import use_device
 from pql.runtime.learners import PLearner, VLearner
 
 ROLE_NAMES = ("actor", "v_learner", "p_learner")
@@ -23,7 +24,7 @@ ROLE_NAMES = ("actor", "v_learner", "p_learner")
 
 def make_controller(cfg, shared) -> RatioController:
     return RatioController(shared.counters, shared.condition, cfg.algo.beta_av, cfg.algo.beta_pv,
-                           cfg.runtime.max_lag, cfg.runtime.stall_timeout_s)
+                           cfg.runtime.max_lag, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s)
 
 
 def build_role(name: str, cfg, shared, algo, device, ctrl, obs_dim: int, act_dim: int, fresh_start: bool):
@@ -71,8 +72,8 @@ def role_main(name: str, cfg, shared, obs_dim: int, act_dim: int, resume: dict |
     with role_process(name, shared, threads):
         from pql.algos import make_off_policy
 
+        device = use_device(cfg.runtime.device)
         torch.manual_seed(cfg.runtime.seed + 17 * (ROLE_NAMES.index(name) + 1))
-        device = torch.device(cfg.runtime.device)
         algo = make_off_policy(cfg.algo, obs_dim, act_dim)
         ctrl = make_controller(cfg, shared)
         role = build_role(name, cfg, shared, algo, device, ctrl, obs_dim, act_dim, fresh_start=resume is None)

@@ -1,14 +1,25 @@
-"""Versioned shared weights: one writer publishes a module into a flat shared buffer, readers
-copy it into their local module when the version has changed.
+"""Versioned shared weights: one writer publishes a module into shared flat buffers, readers copy
+the newest whole version into their local module. Neither side waits for the other, nor for the
+device: on CUDA a copy is queued, a `Fence` marks its end, and the fence is polled later.
 
-The version is a seqlock: odd while the writer copies, even when the buffer is whole. A reader
-copies only from an even version and keeps the copy only if the version did not move meanwhile,
-so it never uses a half-written set of weights and never blocks the writer.
+Two buffers alternate. Version v (1, 2, ...) is written into buffer v % 2, so the buffer of the
+newest complete version is never the one being written. Two shared counters say what is where:
+`writing`, the version whose copy was queued last (set before it is queued), and `published`, the
+newest version whose copy has landed (set when the writer finds its fence done, at its next
+publish). A reader copies buffer c % 2 of c = published into a staging buffer, and once that copy
+has landed keeps it only if `writing` <= c + 1: buffer c % 2 is only overwritten by version c + 2.
+A discarded copy costs nothing but a retry, and the writer is never held up by readers.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
+
+from pql.runtime.device import Fence
+
+PUBLISHED, WRITING = 0, 1
 
 
 def _tensors(module: nn.Module) -> list[torch.Tensor]:
@@ -16,40 +27,108 @@ def _tensors(module: nn.Module) -> list[torch.Tensor]:
 
 
 class SharedWeights:
-    """Flat float32 buffer on `device` (shared memory on CPU, CUDA IPC on GPU) plus a version."""
+    """Two flat float32 buffers on `device` (shared memory on CPU, CUDA IPC on GPU) and the
+    version counters. The writer's copy in flight is local to the writing process."""
 
     def __init__(self, template: nn.Module, device):
         numel = sum(t.numel() for t in _tensors(template))
-        self.flat = torch.zeros(numel, dtype=torch.float32, device=device)
+        self.flat = torch.zeros((2, numel), dtype=torch.float32, device=device)
         if self.flat.device.type == "cpu":
             self.flat.share_memory_()
-        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.counters = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._pending: tuple[int, Fence] | None = None
+
+    def __getstate__(self) -> dict:
+        # A process that receives these weights starts with no copy of its own in flight (and a
+        # CUDA event cannot travel to it anyway).
+        return {**self.__dict__, "_pending": None}
 
     def current_version(self) -> int:
-        return int(self.version[0]) // 2
+        """The newest whole version (0: nothing published yet)."""
+        return int(self.counters[PUBLISHED])
 
     @torch.no_grad()
-    def publish(self, module: nn.Module) -> None:
-        self.version += 1
-        torch.cat([t.detach().reshape(-1).float() for t in _tensors(module)], out=self.flat)
-        if self.flat.is_cuda:
-            torch.cuda.current_stream(self.flat.device).synchronize()
-        self.version += 1
+    def publish(self, module: nn.Module, wait: bool = False) -> None:
+        """Queue a copy of `module`'s weights as the next version. wait=True: return only once it
+        is published (a one-off publication, such as before the roles start or after a resume)."""
+        self._commit(block=False)
+        if self._pending is None:
+            version = self.current_version() + 1
+            self.counters[WRITING] = version
+        else:
+            # The previous copy has not landed, so no reader can see its buffer yet: newer
+            # weights replace it under the same version.
+            version = self._pending[0]
+        torch.cat([t.detach().reshape(-1).float() for t in _tensors(module)], out=self.flat[version % 2])
+        self._pending = (version, Fence(self.flat.device).record())
+        self._commit(block=wait)
+
+    def _commit(self, block: bool) -> None:
+        if self._pending is None:
+            return
+        version, fence = self._pending
+        if block:
+            fence.wait()
+        elif not fence.done():
+            return
+        self.counters[PUBLISHED] = version
+        self._pending = None
+
+
+class WeightsReader:
+    """Keeps `module` (a reader's local copy) up to date from `shared`, one version behind at
+    most on CUDA: a copy started by one `pull` is applied by a later one, once it has landed."""
+
+    def __init__(self, shared: SharedWeights, module: nn.Module):
+        self.shared, self.module = shared, module
+        self.version = 0  # the version `module` holds; 0: none yet (its own initial weights)
+        self._tensors = _tensors(module)
+        self._staging = torch.empty(shared.flat.shape[1], dtype=torch.float32, device=self._tensors[0].device)
+        self._staged: tuple[int, Fence] | None = None
 
     @torch.no_grad()
-    def pull(self, module: nn.Module, have_version: int = -1) -> int:
-        """Copy the published weights into `module` if they are newer than `have_version`.
-        -> the version now held by `module` (unchanged if there was nothing new or the copy raced)."""
-        seq = int(self.version[0])
-        if seq == 0 or seq % 2 == 1 or seq // 2 == have_version:
-            return have_version
-        staged = self.flat.clone()
-        if staged.is_cuda:
-            torch.cuda.current_stream(staged.device).synchronize()
-        if int(self.version[0]) != seq:
-            return have_version
+    def pull(self) -> bool:
+        """Apply a copy that has landed whole, and start copying a newer version if there is one.
+        Never waits. -> whether `module` changed."""
+        changed = self._apply(block=False)
+        published = self.shared.current_version()
+        if self._staged is None and published > self.version:
+            self._staging.copy_(self.shared.flat[published % 2], non_blocking=True)
+            self._staged = (published, Fence(self._staging.device).record())
+            changed = self._apply(block=False) or changed  # on the CPU the copy has landed already
+        return changed
+
+    def pull_latest(self, timeout_s: float = 30.0) -> int:
+        """Wait until `module` holds the version published when called, or a newer one. -> that
+        version. Raises RuntimeError if nothing was published or no whole copy could be read in
+        time (a writer publishing faster than a copy lands, on every try)."""
+        target = self.shared.current_version()
+        if target == 0:
+            raise RuntimeError("no weights have been published yet")
+        deadline = time.monotonic() + timeout_s
+        while self.version < target:
+            self.pull()
+            self._apply(block=True)
+            if self.version < target and time.monotonic() > deadline:
+                raise RuntimeError(f"could not read a whole copy of version {target} of the published weights "
+                                   f"in {timeout_s:.0f}s (holding version {self.version})")
+        return self.version
+
+    @torch.no_grad()
+    def _apply(self, block: bool) -> bool:
+        if self._staged is None:
+            return False
+        version, fence = self._staged
+        if block:
+            fence.wait()
+        elif not fence.done():
+            return False
+        self._staged = None
+        if int(self.shared.counters[WRITING]) > version + 1:
+            return False  # the writer started overwriting that buffer while it was being copied
         offset = 0
-        for t in _tensors(module):
-            t.copy_(staged[offset:offset + t.numel()].view_as(t))
+        for t in self._tensors:
+            t.copy_(self._staging[offset:offset + t.numel()].view_as(t))
             offset += t.numel()
-        return seq // 2
+        self.version = version
+        return True

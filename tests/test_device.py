@@ -1,0 +1,210 @@
+"""What a CUDA run needs from the runtime, checked on the CPU: the device each process sets, the
+settings validated against the machine, host synchronisations per update, the startup stall
+limit, compiled updates, the bf16 actor copy and checkpoint state loaded on the CPU."""
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from pql.algos import make_off_policy
+from pql.checkpoint import load_checkpoint, save_checkpoint
+from pql.config import ConfigError, apply_device_defaults
+from pql.nets import ObsNormalizer
+from pql.runtime import device as device_module
+from pql.runtime import train
+from pql.runtime.control import NUM_COUNTERS, C, RatioController, StallError
+from pql.runtime.learners import compile_update
+from pql.runtime.precision import InferenceCopy, _bf16_copy
+from pql.runtime.roles import build_role, make_controller
+from pql.runtime.shared import make_shared_state
+
+from test_runtime import SMALL
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """A machine with two CUDA devices, as far as device selection can tell (no tensor is made)."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(torch.device(d)))
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield calls
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def test_use_device_makes_the_runs_gpu_current_and_enables_tf32(fake_cuda):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    assert device_module.use_device("cuda:1") == torch.device("cuda", 1)
+    assert fake_cuda == [torch.device("cuda", 1)]
+    assert torch.backends.cuda.matmul.allow_tf32
+    assert device_module.use_device("cuda") == torch.device("cuda", 0)  # the index is filled in
+    assert device_module.use_device("cpu") == torch.device("cpu") and len(fake_cuda) == 2
+
+
+@pytest.mark.parametrize("value, resolved", [("cuda", "cuda:0"), ("cuda:1", "cuda:1"), ("auto", "cuda:0")])
+def test_cuda_devices_resolve_to_an_index(make_config, fake_cuda, value, resolved):
+    cfg = make_config([f"runtime.device={value}"])
+    apply_device_defaults(cfg)
+    assert cfg.runtime.device == resolved
+    assert cfg.runtime.compile is True and cfg.algo.batch_size == 8192
+
+
+def test_a_gpu_the_machine_lacks_is_a_config_error(make_config, fake_cuda):
+    with pytest.raises(ConfigError, match=r"runtime.device='cuda:2'.*index < 2 \(this machine has 2"):
+        apply_device_defaults(make_config(["runtime.device=cuda:2"]))
+
+
+def test_int8_actor_on_cuda_is_a_config_error(make_config, fake_cuda):
+    with pytest.raises(ConfigError, match="actor.precision='int8'.*fp32 or bf16 on CUDA"):
+        apply_device_defaults(make_config(["runtime.device=cuda", "actor.precision=int8"]))
+
+
+def test_cpu_runs_stay_eager_unless_asked(make_config):
+    cfg = make_config(["runtime.device=cpu"])
+    apply_device_defaults(cfg)
+    assert cfg.runtime.compile is False
+    cfg = make_config(["runtime.device=cpu", "runtime.compile=true"])
+    apply_device_defaults(cfg)
+    assert cfg.runtime.compile is True
+
+
+def test_a_run_synchronises_rarely(make_config, tmp_path):
+    """Weight sync and the ring hand-over never wait for the device: what is left is a stats read
+    every few dozen updates. (Counted on the CPU through the same calls that wait on CUDA.)"""
+    before = device_module.sync_count()
+    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600", "runtime.device=cpu"]))
+    syncs = device_module.sync_count() - before
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    updates = int(ckpt["counters"][C.CRITIC_UPDATES])
+    assert updates > 500
+    assert syncs / updates < 0.1, (syncs, updates)
+
+
+def test_the_stall_limit_waits_for_startup(tmp_path):
+    """Until every role has counted once, a waiting role allows runtime.startup_timeout_s (Warp
+    compiles its kernels cold); afterwards runtime.stall_timeout_s."""
+    counters = torch.zeros(NUM_COUNTERS, dtype=torch.int64)
+    ctrl = RatioController(counters, mp.get_context("spawn").Condition(), 8, 2, 4, stall_timeout_s=0.2,
+                           startup_timeout_s=2.0)
+
+    def time_to_stall() -> float:
+        start = time.monotonic()
+        with pytest.raises(StallError):
+            ctrl.wait(lambda: False, lambda: None, "a test")
+        return time.monotonic() - start
+
+    assert time_to_stall() >= 2.0
+    counters[C.ACTOR_STEPS] = counters[C.CRITIC_UPDATES] = counters[C.POLICY_UPDATES] = 1
+    assert time_to_stall() < 1.5
+
+
+def _critic_batch(batch_size: int = 64) -> dict:
+    gen = torch.Generator().manual_seed(3)
+    return {"obs": torch.randn(batch_size, 4, generator=gen), "action": torch.rand(batch_size, 1, generator=gen) * 2 - 1,
+            "reward": torch.randn(batch_size, generator=gen), "next_obs": torch.randn(batch_size, 4, generator=gen),
+            "discount": torch.full((batch_size,), 0.99)}
+
+
+@pytest.mark.slow
+def test_compiled_updates_match_eager_ones(make_config):
+    """runtime.compile: the compiled critic and policy losses and their gradients are the eager
+    ones (target smoothing off: the two draw their noise from different generators)."""
+    cfg = make_config(SMALL + ["runtime.device=cpu", "algo.target_noise=0"])
+    apply_device_defaults(cfg)
+    algo = make_off_policy(cfg.algo, 4, 1)
+    torch.manual_seed(0)
+    critic, target, policy = algo.make_critic(), algo.make_critic(), algo.make_policy()
+    batch, weights = _critic_batch(), torch.ones(64)
+
+    def critic_loss(b, w):
+        return algo.critic_loss(critic, target, policy, b, w)
+
+    def policy_loss(obs):
+        return algo.policy_loss(policy, critic, obs)
+
+    results = []
+    for enabled in (False, True):
+        critic.zero_grad(set_to_none=True)
+        policy.zero_grad(set_to_none=True)
+        loss, td_abs, _ = compile_update(critic_loss, enabled, torch.device("cpu"))(batch, weights)
+        loss.backward()
+        p_loss, _ = compile_update(policy_loss, enabled, torch.device("cpu"))(batch["obs"])
+        p_loss.backward()
+        results.append((loss.detach(), td_abs, [p.grad.clone() for p in critic.parameters()],
+                        p_loss.detach(), [p.grad.clone() for p in policy.parameters()]))
+    (eager, compiled) = results
+    for a, b in zip(eager, compiled):
+        for x, y in zip(a if isinstance(a, list) else [a], b if isinstance(b, list) else [b]):
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_compiled_run_trains_and_resumes(make_config, tmp_path):
+    first = make_config(SMALL + ["runtime.mode=sequential", "runtime.device=cpu", "runtime.compile=true",
+                                 "runtime.max_env_steps=600"], run_dir=tmp_path / "first")
+    train(first)
+    second = make_config(SMALL + ["runtime.mode=sequential", "runtime.device=cpu", "runtime.compile=true",
+                                  "runtime.max_env_steps=1000", f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"],
+                         run_dir=tmp_path / "second")
+    train(second)
+    saved, resumed = (load_checkpoint(tmp_path / run / "checkpoint.pt") for run in ("first", "second"))
+    assert resumed["counters"][C.CRITIC_UPDATES] > saved["counters"][C.CRITIC_UPDATES]
+    assert any(not torch.equal(v, resumed["p_learner"]["policy"][k]) for k, v in saved["p_learner"]["policy"].items())
+
+
+def test_bf16_actor_copy_is_made_once_and_refreshed_in_place(make_config):
+    cfg = make_config(SMALL)
+    policy = make_off_policy(cfg.algo, 4, 1).make_policy()
+    acting = InferenceCopy(policy, "bf16")
+    module = acting.module
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.mul_(-0.5)
+    acting.refresh()
+    assert acting.module is module
+    obs = torch.randn(16, 4)
+    torch.testing.assert_close(acting.module(obs), _bf16_copy(policy)(obs))
+    torch.testing.assert_close(acting.module(obs), policy(obs), rtol=0.05, atol=0.02)
+
+
+def test_role_state_loads_from_a_cpu_checkpoint(make_config, tmp_path):
+    """Checkpoints load on the CPU whatever the run's device: RNG states must reach
+    Generator.set_state as CPU byte tensors, and each role moves the rest onto its device."""
+    cfg = make_config(SMALL + ["runtime.mode=sequential"])
+    device = apply_device_defaults(cfg)
+    algo = make_off_policy(cfg.algo, 4, 1)
+
+    def roles():
+        shared = make_shared_state(cfg.task.num_envs, 4, 1, device, 6, algo.make_policy(), algo.make_critic(),
+                                   ObsNormalizer(4))
+        ctrl = make_controller(cfg, shared)
+        return {name: build_role(name, cfg, shared, algo, device, ctrl, 4, 1, fresh_start=True)
+                for name in ("actor", "v_learner", "p_learner")}
+
+    first = roles()
+    first["v_learner"].generator.manual_seed(1234)
+    save_checkpoint(tmp_path / "ckpt.pt", {name: role.state_dict() for name, role in first.items()})
+    state = load_checkpoint(tmp_path / "ckpt.pt")
+    tensors = []
+
+    def collect(obj):
+        if isinstance(obj, torch.Tensor):
+            tensors.append(obj)
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                collect(v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                collect(v)
+
+    collect(state)
+    assert tensors and all(t.device.type == "cpu" for t in tensors)
+    second = roles()
+    for name, role in second.items():
+        role.load_state_dict(state[name])
+    assert torch.equal(second["v_learner"].generator.get_state(), first["v_learner"].generator.get_state())
+    for k, v in first["p_learner"].policy.state_dict().items():
+        assert torch.equal(v, second["p_learner"].policy.state_dict()[k])
