@@ -3,14 +3,21 @@ from __future__ import annotations
 
 import sys
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
+from pql.cli import import_isaacgym_first
 
-from pql.checkpoint import CheckpointError
-from pql.config import ConfigError, load_config
-from pql.runtime import train
-from pql.runtime.launch import RoleFailure
-from tasks import TaskError
+# Isaac Gym refuses to load once torch is imported, and the imports below bring torch in. A role
+# process started by spawn runs this module's top level again (as __mp_main__, with the parent's
+# sys.argv) before it unpickles its arguments, so this line puts isaacgym first there too.
+import_isaacgym_first(sys.argv[1:])
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from pql.checkpoint import CheckpointError  # noqa: E402
+from pql.config import ConfigError, load_config  # noqa: E402
+from pql.runtime import train  # noqa: E402
+from pql.runtime.launch import RoleFailure  # noqa: E402
+from tasks import TaskError  # noqa: E402
 
 
 def run(raw: dict) -> dict:
@@ -38,9 +45,10 @@ def main(cfg: DictConfig) -> float:
 if __name__ == "__main__":
     import os
 
-    from pql.cli import check_overrides
+    from pql.cli import check_overrides, expand_isaacgym_task
 
     try:
+        sys.argv[1:] = expand_isaacgym_task(sys.argv[1:])  # Hydra reads sys.argv
         check_overrides(sys.argv[1:], os.path.join(os.path.dirname(os.path.abspath(__file__)), "cfg"))
     except ConfigError as e:
         print(f"pql: {e}", file=sys.stderr, flush=True)

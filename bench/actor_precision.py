@@ -3,10 +3,11 @@ it costs in return.
 
     python bench/actor_precision.py [--task Ant] [--algo pql] [--device auto] [--seconds 3]
                                     [--train-seconds 240 | --checkpoint PATH] [--eval-envs 32]
+                                    [--csv PATH]
 
 Prints three tables:
 1. policy inference: the actor's call (explore on normalised observations) in ms at the task's
-   CPU default num_envs and at 4096, and the cost of making the inference copy, which the actor
+   CPU default num_envs and at 4096, and the cost of refreshing the inference copy, which the actor
    pays at every policy version it picks up (every actor step at runtime.policy_sync_every=1);
 2. the real actor role's env steps/s, with a new policy version before every step (as in a run,
    where the P-learner publishes beta_av/beta_pv times per actor step) and with a fixed policy;
@@ -14,6 +15,7 @@ Prints three tables:
    from --checkpoint, run at each precision on the same eval envs and seeds, with the mean
    |Δaction| to fp32 on the fp32 policy's own trajectory.
 int8 (torch's dynamic quantisation) runs on CPU only; it shows n/a on CUDA.
+--csv also writes every figure as a row (section, precision, num_envs, quantity, value).
 """
 from __future__ import annotations
 
@@ -26,14 +28,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from learner import timed  # noqa: E402  (bench/learner.py)
+from learner import CsvRows, timed  # noqa: E402  (bench/learner.py)
 from pql.algos import make_off_policy  # noqa: E402
 from pql.checkpoint import load_checkpoint  # noqa: E402
 from pql.config import apply_device_defaults, load_config  # noqa: E402
 from pql.envs import to_env_action  # noqa: E402
 from pql.nets import ObsNormalizer  # noqa: E402
 from pql.runtime.control import C  # noqa: E402
-from pql.runtime.precision import inference_copy  # noqa: E402
+from pql.runtime.precision import InferenceCopy  # noqa: E402
 from pql.runtime.roles import build_role, make_controller  # noqa: E402
 from pql.runtime.shared import make_shared_state  # noqa: E402
 
@@ -45,23 +47,23 @@ def supported(precision: str, device: torch.device) -> bool:
 
 
 def inference_ms(algo, policy, obs_dim: int, num_envs: int, device, seconds: float) -> dict:
-    """-> {precision: (ms per explore call for num_envs observations, ms per inference_copy)}."""
+    """-> {precision: (ms per explore call for num_envs observations, ms per refresh of the copy)}."""
     obs = torch.randn(num_envs, obs_dim, device=device)
     noise_std = torch.full((num_envs, 1), 0.2, device=device)
     out = {}
     for precision in PRECISIONS:
         if not supported(precision, device):
             continue
-        acting = inference_copy(policy, precision)
-        act = 1e3 / timed(lambda: algo.explore(acting, obs, noise_std), device, seconds)
-        copy = 1e3 / timed(lambda: inference_copy(policy, precision), device, seconds / 2)
+        acting = InferenceCopy(policy, precision)
+        act = 1e3 / timed(lambda: algo.explore(acting.module, obs, noise_std), device, seconds)
+        copy = 1e3 / timed(acting.refresh, device, seconds / 2)
         out[precision] = (act, copy)
     return out
 
 
 def actor_steps_per_s(cfg, obs_dim: int, act_dim: int, device, seconds: float, resync: bool) -> float:
     """Env steps/s of the real actor role with nothing consuming its output but this loop.
-    resync: publish the policy before every step, so the actor makes a new inference copy."""
+    resync: publish the policy before every step, so the actor refreshes its inference copy."""
     algo = make_off_policy(cfg.algo, obs_dim, act_dim)
     policy = algo.make_policy().to(device)
     shared = make_shared_state(cfg.task.num_envs, obs_dim, act_dim, device, 4, policy, algo.make_critic(),
@@ -81,10 +83,10 @@ def actor_steps_per_s(cfg, obs_dim: int, act_dim: int, device, seconds: float, r
     return timed(step, device, seconds) * cfg.task.num_envs
 
 
-def trained_state(args, device) -> dict:
-    """The checkpoint of a short training run (or --checkpoint)."""
+def trained_state(args) -> dict:
+    """The checkpoint of a short training run (or --checkpoint), its tensors on the CPU."""
     if args.checkpoint:
-        return load_checkpoint(args.checkpoint, map_location=device)
+        return load_checkpoint(args.checkpoint)
     from pql.runtime import train
 
     run_dir = tempfile.mkdtemp(prefix="actor_precision_")
@@ -95,7 +97,7 @@ def trained_state(args, device) -> dict:
            "run_dir": run_dir}
     train(load_config(raw))
     print(f"trained policy: {run_dir}/checkpoint.pt (rerun with --checkpoint to reuse it)")
-    return load_checkpoint(os.path.join(run_dir, "checkpoint.pt"), map_location=device)
+    return load_checkpoint(os.path.join(run_dir, "checkpoint.pt"))
 
 
 @torch.no_grad()
@@ -137,7 +139,12 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=None, help="a checkpoint to evaluate instead of training one")
     parser.add_argument("--eval-envs", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--csv", default=None, help="also write the figures to this CSV file")
     args = parser.parse_args()
+    csv_rows = CsvRows(args.csv, ["section", "precision", "num_envs", "quantity", "value"])
+
+    def record(section: str, precision: str, num_envs: int, quantity: str, value: float) -> None:
+        csv_rows.write(section=section, precision=precision, num_envs=num_envs, quantity=quantity, value=f"{value:.6g}")
 
     import tasks
 
@@ -157,6 +164,10 @@ def main() -> None:
     print(f"{'precision':<10}" + "".join(f"{f'explore ms @{n}':>18}{'speed-up':>10}" for n in batches)
           + f"{'copy ms (per sync)':>20}")
     rows = {n: inference_ms(algo, policy, obs_dim, n, device, args.seconds) for n in batches}
+    for n, by_precision in rows.items():
+        for precision, (act, copy) in by_precision.items():
+            record("inference", precision, n, "explore_ms", act)
+            record("inference", precision, n, "copy_ms", copy)
     for precision in PRECISIONS:
         if not supported(precision, device):
             print(f"{precision:<10}" + f"{'n/a':>18}{'':>10}" * len(batches))
@@ -176,16 +187,18 @@ def main() -> None:
             continue
         cfg.actor.precision = precision
         rates = [actor_steps_per_s(cfg, obs_dim, act_dim, device, args.seconds, resync) for resync in (True, False)]
+        record("actor", precision, cfg.task.num_envs, "env_steps_per_s_new_policy_every_step", rates[0])
+        record("actor", precision, cfg.task.num_envs, "env_steps_per_s_fixed_policy", rates[1])
         base.setdefault("fp32", rates)
         print(f"{precision:<10}{rates[0]:>24.0f}{rates[0] / base['fp32'][0]:>9.2f}x"
               f"{rates[1]:>16.0f}{rates[1] / base['fp32'][1]:>9.2f}x")
 
-    state = trained_state(args, device)
+    state = trained_state(args)
     trained = algo.make_policy().to(device)
     trained.load_state_dict(state["p_learner"]["policy"])
     normalizer = ObsNormalizer(obs_dim).to(device)
     normalizer.load_state_dict(state["actor"]["normalizer"])
-    policies = {p: inference_copy(trained, p) for p in PRECISIONS if supported(p, device)}
+    policies = {p: InferenceCopy(trained, p).module for p in PRECISIONS if supported(p, device)}
     # A fresh env with the same seed per precision: every policy starts from the same states.
     returns = {p: eval_returns(tasks.make(args.task, num_envs=args.eval_envs, device=device, seed=args.seed + 10_000),
                                policy, normalizer) for p, policy in policies.items()}
@@ -196,8 +209,12 @@ def main() -> None:
     print(f"{'precision':<10}{'mean return':>14}{'± s.e.':>10}{'Δ to fp32':>12}{'mean |Δa| to fp32':>20}")
     for precision, r in returns.items():
         se = float(r.std()) / n ** 0.5
+        record("eval", precision, n, "mean_return", float(r.mean()))
+        record("eval", precision, n, "return_standard_error", se)
+        record("eval", precision, n, "mean_abs_action_gap_to_fp32", gaps[precision])
         print(f"{precision:<10}{float(r.mean()):>14.1f}{se:>10.1f}{float(r.mean() - returns['fp32'].mean()):>12.1f}"
               f"{gaps[precision]:>20.4f}")
+    csv_rows.close()
 
 
 if __name__ == "__main__":

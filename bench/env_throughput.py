@@ -3,6 +3,7 @@ next to Gymnasium's own synchronous vector env and MuJoCo's raw multi-threaded p
 
     python bench/env_throughput.py [--task Ant] [--sizes 64 1024 4096] [--seconds 5]
                                    [--backends mujoco mjwarp] [--devices cpu cuda]
+                                   [--gym-sizes 64 1024] [--rollout-sizes N ...] [--csv PATH]
 
 Every row steps `N` envs with uniform random actions in the action box for about `seconds`
 (after a few warm-up steps that also absorb Warp's kernel compilation and CUDA graph capture)
@@ -11,7 +12,12 @@ torch (observation, reward, termination), auto-reset and the action checks. The 
 rows are not: "gymnasium sync" is `gymnasium.vector.SyncVectorEnv` of `<Task>-v5` (one MjData
 per env, stepped in a Python loop), and "mujoco rollout (physics only)" is `mujoco.rollout` with
 one thread per core stepping the same model and frame skip with no task logic at all: what the
-physics alone costs on this machine.
+physics alone costs on this machine. `--gym-sizes` and `--rollout-sizes` with no value leave
+those rows out.
+
+A row that raises (out of memory at the largest size, say) prints its error and the bench goes
+on with the next row; the exit code is then 1. --csv writes each row as it is measured
+(task, row, device, num_envs, env_steps_per_s, error).
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tasks  # noqa: E402
+from learner import CsvRows  # noqa: E402  (bench/learner.py)
 from tasks.mujoco import TASKS  # noqa: E402
 from tasks.mujoco.task import load_asset  # noqa: E402
 
@@ -109,33 +116,49 @@ def main() -> None:
                         help="default: cpu, and cuda when it is available")
     parser.add_argument("--gym-sizes", type=int, nargs="*", default=[64, 1024],
                         help="sizes for Gymnasium's SyncVectorEnv (it holds one Python env per copy)")
+    parser.add_argument("--rollout-sizes", type=int, nargs="*", default=None,
+                        help="sizes for the mujoco.rollout physics-only row (default: --sizes)")
+    parser.add_argument("--csv", default=None, help="also write the rows to this CSV file")
     args = parser.parse_args()
     devices = args.devices or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    rollout_sizes = args.sizes if args.rollout_sizes is None else args.rollout_sizes
     cores = len(os.sched_getaffinity(0))
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     print(f"{args.task} env steps/s; {cores} CPU cores, {gpu}, torch {torch.__version__}, "
-          f"{args.seconds:.0f} s per row", flush=True)
+          f"{args.seconds:g} s per row", flush=True)
 
+    csv_rows = CsvRows(args.csv, ["task", "row", "device", "num_envs", "env_steps_per_s", "error"])
     rows = []
 
-    def add(name: str, device: str, n: int, rate: float) -> None:
-        rows.append((name, device, n, rate))
-        print(f"  {name:32} {device:5} N={n:<6} {rate:>12,.0f} steps/s", flush=True)
+    def add(name: str, device: str, n: int, measure) -> None:
+        try:
+            rate, error = measure(), None
+        except Exception as e:  # one failing row (OOM at the largest N) must not lose the others
+            message = str(e).strip().splitlines()
+            rate, error = None, f"{type(e).__name__}: {message[0]}" if message else type(e).__name__
+        rows.append((name, device, n, rate, error))
+        csv_rows.write(task=args.task, row=name, device=device, num_envs=n,
+                       env_steps_per_s=None if rate is None else f"{rate:.1f}", error=error)
+        result = f"{rate:>12,.0f} steps/s" if error is None else f"failed: {error}"
+        print(f"  {name:32} {device:5} N={n:<6} {result}", flush=True)
 
     for backend in args.backends:
         for device in devices:
             if backend == "mujoco" and device != "cpu":
                 continue  # MuJoCo C steps on the CPU; its state would only be copied to the GPU
             for n in args.sizes:
-                add(f"pql {backend}", device, n, pql_env_rate(args.task, n, device, backend, args.seconds))
+                add(f"pql {backend}", device, n, lambda: pql_env_rate(args.task, n, device, backend, args.seconds))
     for n in args.gym_sizes:
-        add("gymnasium sync", "cpu", n, gymnasium_rate(args.task, n, args.seconds))
-    for n in args.sizes:
-        add("mujoco rollout (physics only)", "cpu", n, rollout_rate(args.task, n, args.seconds))
+        add("gymnasium sync", "cpu", n, lambda: gymnasium_rate(args.task, n, args.seconds))
+    for n in rollout_sizes:
+        add("mujoco rollout (physics only)", "cpu", n, lambda: rollout_rate(args.task, n, args.seconds))
+    csv_rows.close()
 
     print(f"\n| {args.task} | device | N | env steps/s |\n|---|---|---:|---:|")
-    for name, device, n, rate in rows:
-        print(f"| {name} | {device} | {n} | {rate:,.0f} |")
+    for name, device, n, rate, error in rows:
+        print(f"| {name} | {device} | {n} | {'failed' if rate is None else f'{rate:,.0f}'} |")
+    if any(error is not None for *_, error in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 """Kernel benchmark: prints a Markdown table (the one in docs/kernels.md).
 
     python bench/kernels.py                 # CUDA if available, else CPU
-    python bench/kernels.py --device cpu
+    python bench/kernels.py --device cpu [--batch 8192] [--log2-capacities 20 23] [--csv PATH]
 
 Rows: one prioritized-replay step (update B priorities, then draw B) for capacities 2^20 and
 2^23 at B = 8192, as a bare SumTree and through PrioritizedSampler (which adds the priority
 transform and the importance weights); V-trace at T = 32, B = 4096; n-step returns over a
 T = 32, N = 4096 window with n = 3. Columns: the Triton kernel, its PyTorch reference, and
 torchrl's PrioritizedSampler (PrioritizedSampler rows, where torchrl and its C++ extension load).
+A Triton cell gives its speed-up over the reference in brackets. --csv writes the raw times.
 
 GPU timing: triton.testing.do_bench (warm-up, L2 flushed between calls, median). CPU timing:
 wall clock, warm-up, median. The Triton column needs CUDA: on CPU it would time the interpreter.
@@ -24,10 +25,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from learner import CsvRows  # noqa: E402  (bench/learner.py)
 from pql.kernels import INTERPRETING, SumTree, nstep_returns, vtrace  # noqa: E402
 from pql.replay.prioritized import PrioritizedSampler  # noqa: E402
 
 ALPHA, BETA0, EPS = 0.6, 0.4, 1e-6
+NO_CUDA = "not measured (no CUDA)"
+IMPLS = ("triton", "torch", "torchrl")  # the table's columns, in order
 
 
 def median_ms(fn, device: torch.device) -> float:
@@ -77,7 +81,13 @@ def torchrl_sampler(capacity: int, device: torch.device):
     return (sampler, FullStorage()), None
 
 
-def replay_rows(capacity: int, batch: int, device: torch.device, measure_triton: bool) -> list[list[str]]:
+def record(operation: str, impl: str, microseconds: float | None, note: str = "") -> dict:
+    return {"operation": operation, "impl": impl, "microseconds": microseconds, "note": note}
+
+
+def replay_records(capacity: int, batch: int, device: torch.device, measure_triton: bool) -> list[dict]:
+    """One prioritized-replay step, bare SumTree and through PrioritizedSampler (and torchrl's
+    sampler where it loads). -> records {operation, impl, microseconds (None: not measured), note}."""
     gen = torch.Generator(device).manual_seed(0)
     priorities = torch.rand(capacity, device=device, generator=gen) + 0.01
     idx = torch.randint(0, capacity, (batch,), device=device, generator=gen)
@@ -95,25 +105,26 @@ def replay_rows(capacity: int, batch: int, device: torch.device, measure_triton:
             sampler.sample(batch, capacity, gen)
         return step
 
-    tree_cells, sampler_cells = [], []
+    log2 = capacity.bit_length() - 1
+    tree_op = f"SumTree update + sample, capacity 2^{log2}, B={batch}"
+    sampler_op = f"PrioritizedSampler update + sample (+ weights), capacity 2^{log2}, B={batch}"
+    records = []
     for impl in ("triton", "torch"):
         if impl == "triton" and not measure_triton:
-            tree_cells.append("not measured (no CUDA)")
-            sampler_cells.append("not measured (no CUDA)")
+            records += [record(tree_op, impl, None, NO_CUDA), record(sampler_op, impl, None, NO_CUDA)]
             continue
         tree = SumTree(capacity, device, validate=False, impl=impl)
         tree.reset(priorities)
-        tree_cells.append(f"{median_ms(tree_step(tree), device) * 1e3:,.0f} µs")
+        records.append(record(tree_op, impl, median_ms(tree_step(tree), device) * 1e3))
         del tree
         sampler = PrioritizedSampler(capacity, device, alpha=ALPHA, beta0=BETA0, eps=EPS,
                                      validate=False, impl=impl)
         sampler.tree.reset(priorities)
-        sampler_cells.append(f"{median_ms(sampler_step(sampler), device) * 1e3:,.0f} µs")
+        records.append(record(sampler_op, impl, median_ms(sampler_step(sampler), device) * 1e3))
         del sampler
     made, reason = torchrl_sampler(capacity, device)
     if made is None:
-        tree_cells.append("—")
-        sampler_cells.append(reason)
+        records.append(record(sampler_op, "torchrl", None, reason))
     else:
         sampler, storage = made
         sampler.update_priority(torch.arange(capacity, device=device), priorities)
@@ -121,14 +132,12 @@ def replay_rows(capacity: int, batch: int, device: torch.device, measure_triton:
         def torchrl_step():
             sampler.update_priority(idx, td)
             sampler.sample(storage, batch)
-        tree_cells.append("—")
-        sampler_cells.append(f"{median_ms(torchrl_step, device) * 1e3:,.0f} µs")
-    log2 = capacity.bit_length() - 1
-    return [[f"SumTree update + sample, capacity 2^{log2}, B={batch}", *tree_cells],
-            [f"PrioritizedSampler update + sample (+ weights), capacity 2^{log2}, B={batch}", *sampler_cells]]
+        records.append(record(sampler_op, "torchrl", median_ms(torchrl_step, device) * 1e3))
+    return records
 
 
-def target_rows(device: torch.device, measure_triton: bool) -> list[list[str]]:
+def target_records(device: torch.device, measure_triton: bool) -> list[dict]:
+    """V-trace and n-step returns, Triton vs the PyTorch reference. -> records as replay_records."""
     gen = torch.Generator(device).manual_seed(1)
     T, B = 32, 4096
     log_rhos = torch.randn(T, B, device=device, generator=gen) * 0.5
@@ -143,15 +152,36 @@ def target_rows(device: torch.device, measure_triton: bool) -> list[list[str]]:
         f"n-step returns (n=3), T={T}, N={B}":
             lambda impl: nstep_returns(rewards, terminated, truncated, 0.99, 3, impl=impl),
     }
-    rows = []
+    records = []
     for name, call in calls.items():
-        ref_ms = median_ms(lambda: call("torch"), device)
-        if measure_triton:
-            tri_ms = median_ms(lambda: call("triton"), device)
-            tri = f"{tri_ms * 1e3:,.0f} µs ({ref_ms / tri_ms:.0f}x)"
-        else:
-            tri = "not measured (no CUDA)"
-        rows.append([name, tri, f"{ref_ms * 1e3:,.0f} µs", "—"])
+        records.append(record(name, "triton", median_ms(lambda: call("triton"), device) * 1e3) if measure_triton
+                       else record(name, "triton", None, NO_CUDA))
+        records.append(record(name, "torch", median_ms(lambda: call("torch"), device) * 1e3))
+    return records
+
+
+def table_rows(records: list[dict]) -> list[list[str]]:
+    """One Markdown row per operation: the Triton cell (with its speed-up over the reference),
+    the reference, torchrl; "—" where an implementation does not apply."""
+    by_op: dict[str, dict[str, dict]] = {}
+    for r in records:
+        by_op.setdefault(r["operation"], {})[r["impl"]] = r
+    rows = []
+    for operation, impls in by_op.items():
+        cells = []
+        for impl in IMPLS:
+            r = impls.get(impl)
+            if r is None:
+                cells.append("—")
+            elif r["microseconds"] is None:
+                cells.append(r["note"])
+            else:
+                text = f"{r['microseconds']:,.0f} µs"
+                reference = impls.get("torch", {}).get("microseconds")
+                if impl == "triton" and reference:
+                    text += f" ({reference / r['microseconds']:.0f}x)"
+                cells.append(text)
+        rows.append([operation, *cells])
     return rows
 
 
@@ -160,20 +190,31 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, default=8192)
     parser.add_argument("--log2-capacities", type=int, nargs="+", default=[20, 23])
+    parser.add_argument("--csv", default=None,
+                        help="also write the raw times to this CSV file (device, operation, impl, microseconds, note)")
     args = parser.parse_args()
     device = torch.device(args.device)
     measure_triton = device.type == "cuda" and not INTERPRETING
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"CPU, {torch.get_num_threads()} threads"
-    print(f"device: {name}; torch {torch.__version__}")
-    rows = []
-    for log2 in args.log2_capacities:
-        rows += replay_rows(2 ** log2, args.batch, device, measure_triton)
-    rows += target_rows(device, measure_triton)
+    print(f"device: {name}; torch {torch.__version__}", flush=True)
+    rows = CsvRows(args.csv, ["device", "operation", "impl", "microseconds", "note"])
+
+    def measured():
+        for log2 in args.log2_capacities:
+            yield from replay_records(2 ** log2, args.batch, device, measure_triton)
+        yield from target_records(device, measure_triton)
+
+    records = []
+    for r in measured():
+        records.append(r)
+        rows.write(device=str(device), operation=r["operation"], impl=r["impl"], note=r["note"],
+                   microseconds=None if r["microseconds"] is None else f"{r['microseconds']:.2f}")
+    rows.close()
     header = ["", "Triton kernel", "PyTorch reference", "torchrl PrioritizedSampler"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for row in rows:
+    for row in table_rows(records):
         print("| " + " | ".join(row) + " |")
 
 

@@ -1,11 +1,18 @@
 """How fast each PQL role runs alone, and all three together at the configured ratios.
 
-    python bench/learner.py [--task Ant] [--device auto] [--batch-size 8192] [--seconds 10]
+    python bench/learner.py [--task Ant] [--device auto] [--batch-size 8192] [--num-envs N]
+                            [--seconds 10] [--together-seconds S] [--csv PATH]
 
 Prints critic updates/s and policy updates/s at the given batch with the default networks, the
-actor's env steps/s, and the three roles running together (process mode) with the measured
-ratios and the efficiency: together env steps/s over what the slowest role alone allows
+actor's env steps/s, and the three roles running together (process mode, for --together-seconds:
+default max(30, 3 × --seconds); 0 leaves that run out) with the measured ratios and the
+efficiency: together env steps/s over what the slowest role alone allows
 (min(actor alone, critic alone · num_envs / beta_av, policy alone · beta_pv · num_envs / beta_av)).
+--csv also writes each figure as a row (task, device, num_envs, batch_size, compile, quantity,
+value). The updates run as the learners run them: fused Adam, and CUDA graphs where
+runtime.compile is on (its default on CUDA).
+
+Also home to the helpers the other bench scripts share (`timed`, `CsvRows`).
 """
 from __future__ import annotations
 
@@ -22,12 +29,40 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pql.algos import make_off_policy  # noqa: E402
-from pql.algos.common import soft_update  # noqa: E402
+from pql.algos.common import adam, soft_update  # noqa: E402
 from pql.config import apply_device_defaults, load_config  # noqa: E402
 from pql.runtime.control import C  # noqa: E402
+from pql.runtime.learners import compile_update  # noqa: E402
 from pql.runtime.roles import build_role, make_controller  # noqa: E402
 from pql.runtime.shared import make_shared_state  # noqa: E402
 from pql.nets import ObsNormalizer  # noqa: E402
+
+
+class CsvRows:
+    """Raw bench rows as CSV, each written and flushed as it is measured, so a bench stopped
+    midway (a timeout, a crash at the largest size) keeps what it measured. path None: no file."""
+
+    def __init__(self, path: str | None, columns: list[str]):
+        self.columns = columns
+        self._file = None
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._file = open(path, "w", newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=columns, lineterminator="\n")
+            self._writer.writeheader()
+            self._file.flush()
+
+    def write(self, **row) -> None:
+        """One row; every column must be given (None writes an empty cell)."""
+        if set(row) != set(self.columns):
+            raise ValueError(f"CSV row has columns {sorted(row)}; expected {sorted(self.columns)}")
+        if self._file is not None:
+            self._writer.writerow({k: "" if v is None else v for k, v in row.items()})
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
 
 def synchronize(device: torch.device) -> None:
@@ -57,24 +92,29 @@ def random_batch(batch_size: int, obs_dim: int, act_dim: int, device) -> dict:
 
 
 def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tuple[float, float]:
-    """Critic and policy updates/s of the real update rules on random batches."""
+    """Critic and policy updates/s of the real update rules on random batches, with the
+    optimiser and the runtime.compile setting the learners use (fused Adam and CUDA graphs on
+    CUDA); the warm-up calls absorb the compilation."""
     algo = make_off_policy(cfg.algo, obs_dim, act_dim)
     critic, policy = algo.make_critic().to(device), algo.make_policy().to(device)
     target = copy.deepcopy(critic).requires_grad_(False)
-    critic_opt = torch.optim.Adam(critic.parameters(), lr=cfg.algo.critic_lr)
-    policy_opt = torch.optim.Adam(algo.policy_optim_params(policy))
+    critic_opt = adam(critic.parameters(), cfg.algo.critic_lr)
+    policy_opt = adam(algo.policy_optim_params(policy))
+    critic_loss = compile_update(lambda b, w: algo.critic_loss(critic, target, policy, b, w), cfg.runtime.compile,
+                                 device)
+    policy_loss = compile_update(lambda obs: algo.policy_loss(policy, critic, obs), cfg.runtime.compile, device)
     batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device)
     weights = torch.ones(cfg.algo.batch_size, device=device)
 
     def critic_update():
-        loss, _, _ = algo.critic_loss(critic, target, policy, batch, weights)
+        loss, _, _ = critic_loss(batch, weights)
         critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         critic_opt.step()
         soft_update(target, critic, cfg.algo.tau)
 
     def policy_update():
-        loss, _ = algo.policy_loss(policy, critic, batch["obs"])
+        loss, _ = policy_loss(batch["obs"])
         policy_opt.zero_grad(set_to_none=True)
         loss.backward()
         policy_opt.step()
@@ -111,9 +151,15 @@ def together(overrides: list[str], seconds: float) -> dict:
                f"runtime.max_time_s={seconds}", "runtime.max_env_steps=1000000000000", "runtime.log_every_s=2",
                "runtime.eval_every=1000000000000", "runtime.checkpoint_every=1000000000000",
                f"hydra.run.dir={run_dir}"]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+            raise RuntimeError(f"the together run failed (exit {done.returncode}): {' '.join(cmd)}\n{tail}")
         with open(os.path.join(run_dir, "metrics.csv")) as f:
             rows = [r for r in csv.DictReader(f) if r.get("perf/env_steps_per_s")]
+    if not rows:
+        raise RuntimeError(f"the together run logged no perf/env_steps_per_s in {seconds:.0f} s: "
+                           "give it more --together-seconds")
     # The first rows include process start-up and the warm-up; average the steady second half.
     steady = rows[len(rows) // 2:-1] or rows
     mean = lambda k: sum(float(r[k]) for r in steady) / len(steady)  # noqa: E731
@@ -127,8 +173,13 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--batch-size", type=int, default=8192)
     parser.add_argument("--num-envs", type=int, default=None)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=10.0, help="timing window per role alone")
+    parser.add_argument("--together-seconds", type=float, default=None,
+                        help="length of the together run (default max(30, 3 × --seconds); 0: no together run)")
+    parser.add_argument("--csv", default=None, help="also write the figures to this CSV file")
     args = parser.parse_args()
+    if args.together_seconds is not None and args.together_seconds < 0:
+        parser.error(f"--together-seconds {args.together_seconds} is negative; give 0 (no together run) or more")
 
     import tasks
 
@@ -140,27 +191,46 @@ def main() -> None:
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
     probe.close()
     threads = torch.get_num_threads()
+    n, bav, bpv = cfg.task.num_envs, cfg.algo.beta_av, cfg.algo.beta_pv
+    rows = CsvRows(args.csv, ["task", "device", "num_envs", "batch_size", "compile", "quantity", "value"])
+
+    def record(quantity: str, value: float) -> None:
+        rows.write(task=args.task, device=str(device), num_envs=n, batch_size=args.batch_size,
+                   compile=str(cfg.runtime.compile).lower(), quantity=quantity, value=f"{value:.6g}")
 
     critic, policy = learner_rates(cfg, obs_dim, act_dim, device, args.seconds)
+    record("critic_updates_per_s_alone", critic)
+    record("policy_updates_per_s_alone", policy)
     actor = actor_rate(cfg, obs_dim, act_dim, device, args.seconds)
-    n, bav, bpv = cfg.task.num_envs, cfg.algo.beta_av, cfg.algo.beta_pv
+    record("actor_env_steps_per_s_alone", actor)
     bound = min(actor, critic * n / bav, policy * bpv * n / bav)
-    overrides = [f"task={args.task}", f"task.num_envs={n}", f"algo.batch_size={args.batch_size}",
-                 f"runtime.device={cfg.runtime.device}"]
-    run = together(overrides, max(30.0, 3 * args.seconds))
+    record("bound_env_steps_per_s", bound)
 
     print(f"\n{args.task}, device {device}, num_envs {n}, batch {args.batch_size}, β_a:v 1:{bav}, β_p:v 1:{bpv}, "
+          f"runtime.compile={str(cfg.runtime.compile).lower()}, "
           f"torch threads {threads} (alone) / shared by 3 roles (together)")
     print(f"{'':28}{'env steps/s':>14}{'critic upd/s':>14}{'policy upd/s':>14}")
     print(f"{'critic alone':28}{'':>14}{critic:>14.1f}{'':>14}")
     print(f"{'policy alone':28}{'':>14}{'':>14}{policy:>14.1f}")
     print(f"{'actor alone':28}{actor:>14.0f}")
-    print(f"{'bound from slowest alone':28}{bound:>14.0f}")
-    print(f"{'all three together':28}{run['perf/env_steps_per_s']:>14.0f}{run['updates_per_s/v_learner']:>14.1f}"
-          f"{run['updates_per_s/p_learner']:>14.1f}")
-    print(f"measured ratios together: critic/actor step {run['ratio/beta_av']:.2f} (target {bav}), "
-          f"critic/policy {run['ratio/beta_pv']:.2f} (target {bpv})")
-    print(f"efficiency together / bound: {run['perf/env_steps_per_s'] / bound:.0%}")
+    print(f"{'bound from slowest alone':28}{bound:>14.0f}", flush=True)
+    seconds = max(30.0, 3 * args.seconds) if args.together_seconds is None else args.together_seconds
+    if seconds > 0:
+        overrides = [f"task={args.task}", f"task.num_envs={n}", f"algo.batch_size={args.batch_size}",
+                     f"runtime.device={cfg.runtime.device}"]
+        run = together(overrides, seconds)
+        for quantity, key in (("together_env_steps_per_s", "perf/env_steps_per_s"),
+                              ("together_critic_updates_per_s", "updates_per_s/v_learner"),
+                              ("together_policy_updates_per_s", "updates_per_s/p_learner"),
+                              ("together_ratio_beta_av", "ratio/beta_av"), ("together_ratio_beta_pv", "ratio/beta_pv")):
+            record(quantity, run[key])
+        record("together_efficiency", run["perf/env_steps_per_s"] / bound)
+        print(f"{'all three together':28}{run['perf/env_steps_per_s']:>14.0f}{run['updates_per_s/v_learner']:>14.1f}"
+              f"{run['updates_per_s/p_learner']:>14.1f}")
+        print(f"measured ratios together: critic/actor step {run['ratio/beta_av']:.2f} (target {bav}), "
+              f"critic/policy {run['ratio/beta_pv']:.2f} (target {bpv})")
+        print(f"efficiency together / bound: {run['perf/env_steps_per_s'] / bound:.0%}")
+    rows.close()
 
 
 if __name__ == "__main__":

@@ -1,14 +1,57 @@
-"""Command-line checks that run before Hydra composes a job.
+"""Command-line handling that runs before Hydra composes a job (and before torch is imported).
 
 Hydra rejects an override of a key that does not exist with a multi-line message and exit
 code 1; pql promises one line naming the key, the value and what is allowed, and exit code 2,
 for every bad config. So overrides are checked here against the composed defaults first.
+
+`task=isaacgym/<Task>` is not a file under cfg/task/: `expand_isaacgym_task` turns it into the
+`isaacgym` group option plus `task.name`, and `import_isaacgym_first` loads Isaac Gym before
+anything imports torch. This module imports neither torch nor hydra at import time.
 """
 from __future__ import annotations
 
 import os
 
 from pql.config import ConfigError
+
+ISAACGYM_OPTION = "isaacgym"  # cfg/task/isaacgym.yaml
+ISAACGYM_PREFIX = ISAACGYM_OPTION + "/"  # as in tasks.make("isaacgym/Ant", ...)
+
+
+def expand_isaacgym_task(argv: list[str]) -> list[str]:
+    """argv with `task=isaacgym/<Task>` (or a sweep `task=isaacgym/A,isaacgym/B`) written as
+    `task=isaacgym task.name=isaacgym/<Task>`, the group option Hydra can compose; other
+    arguments unchanged. Raises ConfigError for a sweep that mixes Isaac Gym and other tasks."""
+    out = []
+    for arg in argv:
+        if not arg.startswith("task=") or ISAACGYM_PREFIX not in arg:
+            out.append(arg)
+            continue
+        choices = arg[len("task="):].split(",")
+        if not all(c.startswith(ISAACGYM_PREFIX) for c in choices):
+            raise ConfigError("task", arg[len("task="):],
+                              f"either {ISAACGYM_PREFIX}<Task> choices or other tasks in one sweep, not both")
+        out += [f"task={ISAACGYM_OPTION}", f"task.name={','.join(choices)}"]
+    return out
+
+
+def wants_isaacgym(argv: list[str]) -> bool:
+    """Whether argv picks an Isaac Gym task, as typed or as expand_isaacgym_task wrote it."""
+    return any(arg.startswith((f"task={ISAACGYM_OPTION}", f"task.name={ISAACGYM_PREFIX}")) for arg in argv)
+
+
+def import_isaacgym_first(argv: list[str]) -> None:
+    """Import isaacgym if argv picks an Isaac Gym task: it refuses to load once torch is imported.
+
+    Call it before anything imports torch. If the import fails, tasks.make imports it again
+    when it builds the envs and turns the failure into a one-line TaskError.
+    """
+    if not wants_isaacgym(argv):
+        return
+    try:
+        import isaacgym  # noqa: F401
+    except ImportError:
+        pass
 
 
 def _overrides(argv: list[str]) -> list[tuple[str, str]]:
@@ -37,7 +80,9 @@ def check_overrides(argv: list[str], config_dir: str, config_name: str = "config
             options = sorted(f[:-5] for f in os.listdir(group_dir) if f.endswith(".yaml"))
             for choice in value.split(","):
                 if choice not in options:
-                    raise ConfigError(key, choice, f"one of {', '.join(options)}")
+                    shown = [ISAACGYM_PREFIX + "<Task>" if (key, o) == ("task", ISAACGYM_OPTION) else o
+                             for o in options]
+                    raise ConfigError(key, choice, f"one of {', '.join(shown)}")
             groups[key] = value.split(",")[0]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=config_dir, version_base=None):

@@ -142,6 +142,10 @@ class ReplayConfig:
     kind: str = _opt("uniform", "one of uniform, prioritized", _one_of("uniform", "prioritized"))
     capacity: Optional[int] = _opt(None, "an integer > 0 (null: 5,000,000 on CUDA, 1,000,000 on CPU)", _positive)
     priority_mode: str = _opt("proportional", "one of proportional, rank", _one_of("proportional", "rank"))
+    # Rank mode sorts the whole replay at a re-rank; between re-ranks new and updated items get
+    # ranks estimated against the last sort (docs/kernels.md has the costs).
+    rerank_every: Optional[int] = _opt(None, "an integer >= 1 (rank mode: critic updates between re-ranks; 1: exact "
+                                             "ranks) or null (replay size / batch size)", _positive)
     priority_alpha: float = _opt(0.6, "a number >= 0", _non_negative)
     priority_beta0: float = _opt(0.4, "a number in [0, 1]", _unit_interval)
     beta_anneal_updates: int = _opt(100_000, "an integer > 0 (critic updates over which β goes to 1)", _positive)
@@ -271,12 +275,22 @@ def _cross_checks(cfg: Config) -> None:
     name = cfg.task.name
     if not (name in TASK_NAMES or name.startswith("isaacgym/")):
         raise ConfigError("task.name", name, f"one of {', '.join(TASK_NAMES)} or isaacgym/<Task>")
+    # Isaac Gym allows one simulation per process, and the evaluation envs are one already.
+    if name.startswith("isaacgym/") and cfg.runtime.mode != "process":
+        raise ConfigError("runtime.mode", cfg.runtime.mode, "process with an Isaac Gym task (one simulation per "
+                                                            "process: the training envs need a process of their own)")
+    if name.startswith("isaacgym/") and cfg.algo.name == "ppo":
+        raise ConfigError("algo", "ppo", "pql, pql_d, sac or impala with an Isaac Gym task (PPO steps its training "
+                                         "and evaluation envs in one process; Isaac Gym allows one simulation per process)")
     algo = cfg.algo
     if isinstance(algo, OffPolicyConfig):
         if algo.noise_std_max < algo.noise_std_min:
             raise ConfigError("algo.noise_std_max", algo.noise_std_max, f"a number >= algo.noise_std_min ({algo.noise_std_min})")
         if algo.v_max <= algo.v_min:
             raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
+    if cfg.replay.rerank_every is not None and (cfg.replay.kind, cfg.replay.priority_mode) != ("prioritized", "rank"):
+        raise ConfigError("replay.rerank_every", cfg.replay.rerank_every,
+                          "null, or an integer >= 1 together with replay.kind=prioritized replay.priority_mode=rank")
     if cfg.replay.actor_priorities and cfg.replay.kind != "prioritized":
         raise ConfigError("replay.actor_priorities", True, "false, or true together with replay.kind=prioritized")
     if isinstance(algo, ImpalaConfig) and algo.c_bar > algo.rho_bar:
@@ -303,6 +317,11 @@ def load_config(raw: dict) -> Config:
 def to_dict(cfg: Config) -> dict:
     """The resolved config as plain data (stored in checkpoints and logs)."""
     return dataclasses.asdict(cfg)
+
+
+# Sorting more items than this per critic update costs more than the rest of a prioritized update
+# (~6 ms on a 2-core CPU, as much as a whole batch-8192 sampler step).
+RERANK_WARN_ITEMS_PER_UPDATE = 65_536
 
 
 def _resolve_device(value: str) -> str:
@@ -349,6 +368,12 @@ def apply_device_defaults(cfg: Config):
     default(runtime, "max_env_steps", 20_000_000, 300_000)
     default(runtime, "eval_every", 2_000_000, 20_000)
     default(runtime, "checkpoint_every", 5_000_000, 100_000)
+    replay = cfg.replay
+    if replay.rerank_every is not None and replay.capacity // replay.rerank_every > RERANK_WARN_ITEMS_PER_UPDATE:
+        print(f"pql: warning: replay.rerank_every={replay.rerank_every} re-sorts all {replay.capacity:,} items every "
+              f"{replay.rerank_every} critic updates ({replay.capacity // replay.rerank_every:,} items per update; one "
+              "sort of 2^20 items takes ~0.15 s on a 2-core CPU, docs/kernels.md); null re-sorts every "
+              "capacity / batch_size updates", flush=True)
     print(f"pql: task={cfg.task.name} algo={cfg.algo.name} device={device} num_envs={cfg.task.num_envs} "
           f"mode={cfg.runtime.mode}" + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
           + f" replay={cfg.replay.kind}:{cfg.replay.capacity:,} max_env_steps={runtime.max_env_steps:,} "

@@ -43,6 +43,8 @@ BAD = [
     ("replay.capacity=0", "replay.capacity", "> 0"),
     ("replay.priority_beta0=1.5", "replay.priority_beta0", "[0, 1]"),
     ("replay.actor_priorities=true", "replay.actor_priorities", "replay.kind=prioritized"),
+    ("replay.rerank_every=0", "replay.rerank_every", ">= 1"),
+    ("replay.rerank_every=10", "replay.rerank_every", "replay.priority_mode=rank"),
     ("actor.precision=fp8", "actor.precision", "fp32, bf16, int8"),
     ("runtime.mode=threads", "runtime.mode", "process, sequential"),
     ("runtime.device=tpu", "runtime.device", "auto, cpu, cuda"),
@@ -91,3 +93,21 @@ def test_defaults_validate():
     cfg = load_config(composed([]))
     assert cfg.task.name == "Ant" and cfg.algo.name == "pql"
     assert (cfg.algo.beta_av, cfg.algo.beta_pv) == (8, 2)
+
+
+@pytest.mark.parametrize("override, key, allowed", [
+    ("runtime.mode=sequential", "runtime.mode", "process with an Isaac Gym task"),
+    ("algo=ppo", "algo", "pql, pql_d, sac or impala with an Isaac Gym task"),
+])
+def test_isaacgym_needs_a_process_of_its_own_for_the_training_envs(override, key, allowed):
+    with pytest.raises(ConfigError, match=rf"{key}=.*{allowed}"):
+        load_config(composed(["task=isaacgym", "task.name=isaacgym/Ant", override]))
+
+
+def test_a_costly_rerank_schedule_is_warned_about(capsys):
+    from pql.config import apply_device_defaults
+
+    cfg = load_config(composed(["replay.kind=prioritized", "replay.priority_mode=rank", "replay.rerank_every=2",
+                                "replay.capacity=1000000", "runtime.device=cpu"]))
+    apply_device_defaults(cfg)
+    assert "warning: replay.rerank_every=2 re-sorts all 1,000,000 items every 2 critic updates" in capsys.readouterr().out

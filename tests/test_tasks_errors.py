@@ -63,3 +63,15 @@ def test_isaacgym_without_isaacgym_says_how_to_install():
         assert "\n" not in str(err.value)
     else:
         pytest.skip("Isaac Gym is installed here")
+
+
+def test_unknown_reset_noise_kind():
+    from tasks.mujoco.env import MujocoEnv
+    from tasks.mujoco.hopper import Hopper
+    from tasks.mujoco.physics_mujoco import MujocoPhysics
+
+    class Shaky(Hopper):
+        qvel_noise = "gaussian"
+
+    with pytest.raises(tasks.TaskError, match="Shaky.qvel_noise must be 'uniform' or 'normal', got 'gaussian'"):
+        MujocoEnv(Shaky, 1, torch.device("cpu"), 0, MujocoPhysics)

@@ -12,10 +12,22 @@ New items enter at the running maximum priority (the largest ever written, initi
 each is sampled soon after it arrives. Valid items are the slots [0, size) of the ring, the
 `size` that ReplayBuffer passes to sample().
 
-Rank mode keeps |delta| per slot and re-ranks the whole buffer (a stable sort, ties by slot,
-then an O(N) tree rebuild) at the first sample() after any add or update: O(N log N) per
-critic update, exact, and on the device. That is fine up to about 10^6 items on a GPU; beyond,
-use proportional mode, which is O(B log N) per update.
+Rank mode keeps |delta| per slot and re-ranks the buffer with a stable sort (ties by slot),
+then writes the leaves (a tree rebuild, or an update of the ranked leaves while they are few).
+Sorting every update would cost O(N log N) per critic update (0.8 s at 5M items on a 2-core
+CPU, docs/kernels.md), so, as Schaul et al. re-sort only periodically, a ranking serves
+`rerank_every` sample calls before the next re-rank. Between re-ranks, a written item takes the
+rank its |delta| would have had in the last ranking, found by binary search in that ranking's
+sorted |delta|, ranking after the items tied with it:
+  updated:           rank = 1 + #{ranked items with |delta| >= its |delta|}
+  new, at the max:   rank = 1 + #{ranked items with |delta| >= the max}
+                            + (items that entered at the max since the re-rank, before it)
+so new items rank just below the ones already at the max, one after another as they arrive,
+as ties at the max do in an exact ranking. Estimated ranks may repeat; sampling and the
+importance weights follow the tree's leaves as they are, so both stay exact for the tree that
+is sampled. rerank_every=None re-ranks after ceil(size / batch_size) sample calls, about one
+buffer's worth of priority writes: the sort's O(N log N) is spread over N writes, O(log N) per
+write like the tree update itself, and a buffer no larger than a batch is ranked exactly.
 """
 from __future__ import annotations
 
@@ -39,17 +51,25 @@ class PrioritizedSampler:
     validate=True checks every input: a device-to-host sync per call (two in update()); a CUDA
     hot loop whose inputs are known good may turn it off.
     impl: "auto", "triton" or "torch" for the sum-tree kernels.
+    rerank_every (rank mode only): sample calls a ranking serves before the next re-rank, an
+    integer >= 1 (1: re-rank at every sample after a change, exact ranks), or None: ceil(size /
+    batch_size) of the sample call that re-ranks (see the module docstring).
+    Memory in rank mode: 8 bytes per slot beside the tree (|delta| and the last ranking's).
     """
 
     def __init__(self, capacity: int, device: torch.device | str = "cpu", mode: str = "proportional",
                  alpha: float = 0.6, beta0: float = 0.4, beta_anneal_updates: int = 100_000,
-                 eps: float = 1e-6, validate: bool = True, impl: str = "auto"):
+                 eps: float = 1e-6, validate: bool = True, impl: str = "auto",
+                 rerank_every: int | None = None):
         _check_number("mode", mode, mode in MODES, f"one of {', '.join(MODES)}")
         _check_number("alpha", alpha, alpha >= 0, "a number >= 0")
         _check_number("beta0", beta0, 0 <= beta0 <= 1, "a number in [0, 1]")
         _check_number("beta_anneal_updates", beta_anneal_updates,
                       isinstance(beta_anneal_updates, int) and beta_anneal_updates > 0, "an integer > 0")
         _check_number("eps", eps, eps > 0, "a number > 0")
+        _check_number("rerank_every", rerank_every,
+                      rerank_every is None or (isinstance(rerank_every, int) and rerank_every >= 1),
+                      "an integer >= 1 (sample calls between re-ranks) or None (size / batch_size)")
         self.mode, self.alpha, self.beta0, self.eps = mode, float(alpha), float(beta0), float(eps)
         self.beta_anneal_updates = beta_anneal_updates
         self.validate = validate
@@ -60,8 +80,15 @@ class PrioritizedSampler:
         # (leaf) for proportional mode, in |delta| for rank mode.
         self.max_priority = torch.ones((), dtype=torch.float32, device=self.device)
         if mode == "rank":
+            self.rerank_every = rerank_every
             self.td_abs = torch.zeros(capacity, dtype=torch.float32, device=self.device)
-            self._ranked_size = 0  # size the tree was last ranked for; 0: must re-rank
+            # The last ranking: its |delta| sorted descending and negated (ascending, for
+            # searchsorted), the sample calls it may still serve, whether anything was written
+            # since, and how many items entered at the max since. Empty: must re-rank.
+            self._ranked_neg_td = torch.zeros(0, dtype=torch.float32, device=self.device)
+            self._uses_left = 0
+            self._changed = False
+            self._new_at_max = 0
 
     @property
     def beta(self) -> float:
@@ -77,8 +104,13 @@ class PrioritizedSampler:
             return
         if self.mode == "proportional":
             self.tree.update(indices, self.max_priority.expand(indices.shape))
-        else:
-            self._set_td_abs(indices, self.max_priority.expand(indices.shape))
+            return
+        self._set_td_abs(indices, self.max_priority.expand(indices.shape))
+        if self._estimates_ranks():
+            ranks = (self._ranks_after(self.max_priority) + self._new_at_max
+                     + torch.arange(indices.numel(), device=self.device))
+            self.tree.update(indices, ranks.to(torch.float32).pow(-self.alpha))
+        self._new_at_max += indices.numel()
 
     def update(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
         """Priorities after a critic update. indices: [B] int64 slots from sample();
@@ -101,6 +133,8 @@ class PrioritizedSampler:
             torch.maximum(self.max_priority, priorities.max(), out=self.max_priority)
         else:
             self._set_td_abs(indices, td_abs)
+            if self._estimates_ranks():
+                self.tree.update(indices, self._ranks_after(td_abs).to(torch.float32).pow(-self.alpha))
             torch.maximum(self.max_priority, td_abs.max(), out=self.max_priority)
 
     def _set_td_abs(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
@@ -108,16 +142,32 @@ class PrioritizedSampler:
         if indices.numel():
             slots, last = last_write_wins(indices)
             self.td_abs.index_copy_(0, slots, td_abs.index_select(0, last))
-            self._ranked_size = 0
+            self._changed = True
 
-    def _rerank(self, size: int) -> None:
+    def _estimates_ranks(self) -> bool:
+        """Whether a write must set its leaf now: not when the next sample re-ranks anyway."""
+        return self._ranked_neg_td.numel() > 0 and self._uses_left > 0
+
+    def _ranks_after(self, td_abs: torch.Tensor) -> torch.Tensor:
+        """1 + the number of items in the last ranking with |delta| >= td_abs (any shape): int64."""
+        return 1 + torch.searchsorted(self._ranked_neg_td, -td_abs, right=True)
+
+    def _rerank(self, size: int, batch_size: int) -> None:
         # Ordinal ranks: a stable descending sort gives tied |delta| consecutive ranks by slot.
-        order = torch.sort(self.td_abs[:size], descending=True, stable=True).indices
-        ranks = torch.arange(1, size + 1, dtype=torch.float32, device=self.device)
-        leaves = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
-        leaves.index_copy_(0, order, ranks.pow(-self.alpha))
-        self.tree.reset(leaves)
-        self._ranked_size = size
+        ranked_td, order = torch.sort(self.td_abs[:size], descending=True, stable=True)
+        leaves = torch.arange(1, size + 1, dtype=torch.float32, device=self.device).pow_(-self.alpha)
+        # Slots from `size` on were never written, so their leaves are 0 already. A rebuild touches
+        # all 2P nodes; updating the ranked leaves touches size * log2(P): early in a run, with a
+        # few thousand items in a tree of millions, the update is the cheaper (same tree, bit for bit).
+        if size * (self.tree.num_leaves.bit_length() - 1) < self.tree.num_leaves:
+            self.tree.update(order, leaves)
+        else:
+            self.tree.reset(torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
+                            .index_copy_(0, order, leaves))
+        self._ranked_neg_td = ranked_td.neg_()
+        self._uses_left = self.rerank_every or -(-size // max(1, batch_size))
+        self._changed = False
+        self._new_at_max = 0
 
     def sample(self, batch_size: int, size: int, generator: torch.Generator | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,8 +175,10 @@ class PrioritizedSampler:
         weights in (0, 1]. generator: a torch.Generator on the sampler's device, or None."""
         _check_number("size", size, isinstance(size, int) and 0 < size <= self.capacity,
                       f"an integer in [1, {self.capacity}] (the number of items in the buffer)")
-        if self.mode == "rank" and self._ranked_size != size:
-            self._rerank(size)
+        if self.mode == "rank":
+            if self._ranked_neg_td.numel() == 0 or (self._changed and self._uses_left <= 0):
+                self._rerank(size, batch_size)
+            self._uses_left -= 1
         indices = self.tree.sample(batch_size, generator)
         beta = self.beta
         self.num_samples += 1
@@ -138,7 +190,8 @@ class PrioritizedSampler:
         state = {"mode": self.mode, "tree": self.tree.state_dict(), "num_samples": self.num_samples,
                  "max_priority": self.max_priority.clone()}
         if self.mode == "rank":
-            state["td_abs"] = self.td_abs.clone()
+            state.update(td_abs=self.td_abs.clone(), ranked_neg_td=self._ranked_neg_td.clone(),
+                         uses_left=self._uses_left, changed=self._changed, new_at_max=self._new_at_max)
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -150,7 +203,10 @@ class PrioritizedSampler:
         self.max_priority.copy_(state["max_priority"])
         if self.mode == "rank":
             self.td_abs.copy_(state["td_abs"])
-            self._ranked_size = 0
+            # The ranking too: the tree's leaves came from it, and the estimates need it.
+            self._ranked_neg_td = state["ranked_neg_td"].to(self.device)
+            self._uses_left, self._changed = int(state["uses_left"]), bool(state["changed"])
+            self._new_at_max = int(state["new_at_max"])
 
 
 def sequence_priority(td_abs: torch.Tensor, eta: float = 0.9, lengths: torch.Tensor | None = None) -> torch.Tensor:

@@ -26,7 +26,7 @@ def make_sampler(replay_cfg, capacity: int, device):
 
     return PrioritizedSampler(capacity, device, mode=replay_cfg.priority_mode, alpha=replay_cfg.priority_alpha,
                               beta0=replay_cfg.priority_beta0, beta_anneal_updates=replay_cfg.beta_anneal_updates,
-                              eps=replay_cfg.priority_eps,
+                              eps=replay_cfg.priority_eps, rerank_every=replay_cfg.rerank_every,
                               # On a GPU each check is a host sync per update; the CPU checks for free.
                               validate=torch.device(device).type == "cpu")
 

@@ -12,6 +12,8 @@ class Ant(Task):
     reset_noise_scale = 0.1
     qvel_noise = "normal"
     fields = ("qpos", "qvel", "xpos", "cfrc_ext")
+    nconmax = 16  # MuJoCo C reached 6 contacts and 32 constraint rows (see Task)
+    njmax = 64
 
     forward_reward_weight = 1.0
     ctrl_cost_weight = 0.5

@@ -22,8 +22,8 @@ class MujocoEnv(BatchedEnv):
     def __init__(self, task_cls: type[Task], num_envs: int, device: torch.device, seed: int, physics_cls,
                  model: mujoco.MjModel | None = None):
         model = model or load_asset(task_cls.xml)
-        self.physics = physics_cls(model, num_envs, device, task_cls.fields)
-        self.task = task_cls(model, self.physics.dtype, device)
+        self.task = task_cls(model, physics_cls.dtype, device)
+        self.physics = physics_cls(model, num_envs, device, self.task, seed)
         self.num_envs = num_envs
         self.device = device
         self.obs_dim = self.task.obs_dim
@@ -32,8 +32,6 @@ class MujocoEnv(BatchedEnv):
         low, high = torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32).T
         self.action_low, self.action_high = low.to(device), high.to(device)
         self._check_actions = ActionCheck(num_envs, self.act_dim, device)
-        self._generator = torch.Generator(device=device)
-        self._generator.manual_seed(seed)
         self._elapsed = torch.zeros(num_envs, dtype=torch.int64, device=device)
         self._position = None  # the task's tracked position before the step, [N, k]
         self.reset()
@@ -71,10 +69,8 @@ class MujocoEnv(BatchedEnv):
 
     def _restart(self, mask: torch.Tensor, obs: torch.Tensor, initial=None) -> torch.Tensor:
         """Start new episodes where mask [N] is true, at `initial` (qpos, qvel) or at random
-        (Task.initial_state); obs [N, obs_dim] is kept elsewhere."""
-        # Drawn for every env, used where mask is set: the same random stream whichever envs finish.
-        qpos, qvel = initial or self.task.initial_state(self.num_envs, self._generator)
-        self.physics.reset(mask, qpos, qvel)
+        (Task.add_reset_noise, drawn only for those envs); obs [N, obs_dim] is kept elsewhere."""
+        self.physics.reset(mask, initial)
         state = self.physics.state
         fresh = self.task.observe(state).float()
         position = self.task.position(state)

@@ -11,6 +11,8 @@ class HalfCheetah(Task):
     frame_skip = 5
     reset_noise_scale = 0.1
     qvel_noise = "normal"
+    nconmax = 16  # MuJoCo C reached 6 contacts and 26 constraint rows (see Task)
+    njmax = 64
 
     forward_reward_weight = 1.0
     ctrl_cost_weight = 0.1

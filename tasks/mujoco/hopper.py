@@ -10,6 +10,8 @@ class Hopper(Task):
     xml = "hopper.xml"
     frame_skip = 4
     reset_noise_scale = 5e-3
+    nconmax = 16  # MuJoCo C reached 6 contacts and 25 constraint rows (see Task)
+    njmax = 64
 
     forward_reward_weight = 1.0
     ctrl_cost_weight = 1e-3

@@ -11,6 +11,8 @@ class Humanoid(Task):
     frame_skip = 5
     reset_noise_scale = 1e-2
     fields = ("qpos", "qvel", "xipos", "cinert", "cvel", "qfrc_actuator", "cfrc_ext")
+    nconmax = 32  # MuJoCo C reached 13 contacts and 43 constraint rows (see Task)
+    njmax = 96
 
     forward_reward_weight = 1.25
     ctrl_cost_weight = 0.1

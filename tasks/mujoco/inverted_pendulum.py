@@ -10,6 +10,8 @@ class InvertedPendulum(Task):
     xml = "inverted_pendulum.xml"
     frame_skip = 2
     reset_noise_scale = 0.01
+    nconmax = 0  # no geom can collide (contype 0); the rows are the two joint limits
+    njmax = 16
     max_pole_angle = 0.2
 
     def observation_size(self, model):

@@ -1,8 +1,18 @@
 """MuJoCo Warp stepping many worlds on a CUDA GPU (or on Warp's CPU device): the GPU physics backend.
 
 The state tensors are zero-copy torch views of Warp's arrays (`wp.to_torch`), so nothing leaves
-the device: controls are written in place, worlds are reset through a mask, and on CUDA each
-operation is one captured CUDA graph launched on a Warp stream ordered after torch's.
+the device: controls are written in place, worlds are reset through a mask, and each operation
+is one captured graph (on CUDA a CUDA graph launched on a Warp stream ordered after torch's; on
+the CPU a graph that Warp replays in C++).
+
+A reset does not run `forward`: the next step's `forward` recomputes every derived field from
+qpos and qvel, so a reset only brings up to date the fields the task reads before that step
+(the smooth stages of `_STAGES_NEEDED`), and draws reset noise only for the worlds that restart.
+
+Contacts and constraint rows live in buffers sized at start (Task.nconmax, Task.njmax). MuJoCo
+Warp drops what does not fit and raises a per-world overflow flag; `step` gathers the flags of
+those buffers inside its graph and raises a TaskError once one is seen (on CUDA a few steps
+late, read from a copy that never stalls the stream).
 
 Differences from MuJoCo C, documented in docs/tasks.md: float32 throughout, and MuJoCo Warp has
 no PGS solver, so a model asking for PGS (Humanoid) runs Newton instead.
@@ -12,78 +22,181 @@ from __future__ import annotations
 import copy
 
 import mujoco
+import mujoco_warp as mjw
 import torch
+import warp as wp
+
+from ..base import TaskError
+from .task import Task, init_warp
+
+# The smooth stages a reset may run, in pipeline order (each needs the ones before it), and how
+# many of them a task must run to read a field at the new state. qpos and qvel are written by the
+# reset itself; cfrc_ext and qfrc_actuator are zeroed, as after mj_resetData + mj_forward (no
+# contact force before a step, and motors give no force at ctrl = 0).
+_RESET_STAGES = (mjw.kinematics, mjw.com_pos, mjw.com_vel)
+_STAGES_NEEDED = {"qpos": 0, "qvel": 0, "cfrc_ext": 0, "qfrc_actuator": 0,
+                  "xpos": 1, "xquat": 1, "xmat": 1, "xipos": 1, "ximat": 1, "geom_xpos": 1, "site_xpos": 1,
+                  "subtree_com": 2, "cinert": 2, "cdof": 2,
+                  "cvel": 3, "cdof_dot": 3}
+_ZEROED_AT_RESET = ("cfrc_ext", "qfrc_actuator")
+
+# Overflow flags of the buffers make_data sizes -> the Task attribute that sizes them. The
+# solver's iteration-limit flags are not overflows and are left alone.
+_OVERFLOW_SIZED_BY = {mjw.OverflowType.NEFC: "njmax", mjw.OverflowType.NJMAX_NNZ: "njmax",
+                      mjw.OverflowType.BROADPHASE: "nconmax", mjw.OverflowType.NARROWPHASE: "nconmax",
+                      mjw.OverflowType.CCD: "nconmax"}
+_BUFFER_OVERFLOWS = int(sum(_OVERFLOW_SIZED_BY))  # distinct bits: their sum is their union
 
 
 class MjwarpPhysics:
-    """num_envs worlds of `model`; `state` holds live [N, ...] float32 views on `device` of `fields`."""
+    """num_envs worlds of `model` for `task`; `state` holds live [N, ...] float32 views on `device`
+    of the task's fields. seed keys the task's reset noise (Task.add_reset_noise)."""
 
     dtype = torch.float32
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device, fields):
-        import mujoco_warp as mjw
-        import warp as wp
-
-        self._mjw, self._wp = mjw, wp
+    def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device, task: Task, seed: int):
+        self._task, self._seed = task, seed
+        self._task_name = type(task).__name__
+        fields = task.fields
+        unknown = [name for name in fields if name not in _STAGES_NEEDED]
+        if unknown:
+            raise TaskError(f"{self._task_name} reads {', '.join(unknown)}, which the mjwarp backend does not "
+                            f"recompute after a reset; it can give {', '.join(_STAGES_NEEDED)}")
+        if "qfrc_actuator" in fields and (model.actuator_biastype != mujoco.mjtBias.mjBIAS_NONE).any():
+            raise TaskError(f"{self._task_name} reads qfrc_actuator, which the mjwarp backend zeroes at a reset: "
+                            f"right only for actuators without bias (motors), and this model has biased ones")
         if model.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
             model = copy.copy(model)
             model.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
-        wp.init()
+        init_warp()
         self._device = wp.device_from_torch(device)
+        self._sizes = {"nconmax": task.nconmax, "njmax": task.njmax}
         with wp.ScopedDevice(self._device):
             self._model = mjw.put_model(model)
-            self._data = mjw.make_data(model, nworld=num_envs)
+            self._data = mjw.make_data(model, nworld=num_envs, nconmax=task.nconmax, njmax=task.njmax)
+        # Overflows raise a TaskError below; Warp's own printf would print once per world per step.
+        self._model.opt.warn_overflow = 0
+        self._stages = _RESET_STAGES[:max(_STAGES_NEEDED[name] for name in fields)]
+        self._zeroed = [name for name in _ZEROED_AT_RESET if name in fields]
         self._post_constraint = "cfrc_ext" in fields
         self.state = {name: wp.to_torch(getattr(self._data, name)) for name in fields}
         self._ctrl = wp.to_torch(self._data.ctrl)
         self._qpos, self._qvel = wp.to_torch(self._data.qpos), wp.to_torch(self._data.qvel)
         self._mask = torch.zeros(num_envs, dtype=torch.bool, device=device)
         self._mask_wp = wp.from_torch(self._mask)
+        self._episodes = wp.from_torch(torch.zeros(num_envs, dtype=torch.int32, device=device))
+        self._overflow_seen = torch.zeros(1, dtype=torch.int32, device=device)  # OR of the flags of all steps
+        self._overflow_seen_wp = wp.from_torch(self._overflow_seen)
         self._graphs = {}
+        self._stream = None  # a Warp stream on CUDA only
         if self._device.is_cuda:
             # Graph capture is not allowed on torch's legacy default stream, hence a stream of our own.
             self._stream = wp.Stream(self._device)
             self._torch_stream = wp.stream_to_torch(self._stream)
+            self._overflow_snapshot = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+            self._overflow_landed = None  # torch.cuda.Event of the snapshot copy in flight
 
     def step(self, ctrl: torch.Tensor, nstep: int) -> None:
-        """Apply ctrl [N, nu] for nstep substeps in every world."""
+        """Apply ctrl [N, nu] for nstep substeps in every world.
+
+        Raises TaskError once a contact or constraint buffer has overflowed (on CUDA, at a later step).
+        """
         self._ctrl.copy_(ctrl)
         self._run(("step", nstep), lambda: self._substeps(nstep))
+        self._check_overflow()
 
     def _substeps(self, nstep: int) -> None:
         for _ in range(nstep):
-            self._mjw.step(self._model, self._data)
+            mjw.step(self._model, self._data)
         if self._post_constraint:
-            self._mjw.rne_postconstraint(self._model, self._data)
+            mjw.rne_postconstraint(self._model, self._data)
+        # Gathered here because reset_data clears a restarting world's flags.
+        wp.launch(_gather_overflow, dim=self._data.nworld, inputs=[self._data.overflow, _BUFFER_OVERFLOWS],
+                  outputs=[self._overflow_seen_wp])
 
-    def reset(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
-        """Worlds where mask [N] is true restart at qpos [N, nq], qvel [N, nv] (reset_data, then forward)."""
+    def reset(self, mask: torch.Tensor, initial: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Worlds where mask [N] is true restart (reset_data, then the stages the task's fields need),
+        at initial = (qpos [N, nq], qvel [N, nv]), or at random (the task's reset noise) if None."""
         self._mask.copy_(mask)
-        self._run("reset", lambda: self._mjw.reset_data(self._model, self._data, reset=self._mask_wp))
-        rows = self._mask[:, None]
-        self._qpos.copy_(torch.where(rows, qpos, self._qpos))
-        self._qvel.copy_(torch.where(rows, qvel, self._qvel))
-        # forward() recomputes every world's derived fields. The others' next step recomputes them
-        # from their unchanged state anyway, and their warm start is not touched.
-        self._run("forward", lambda: self._mjw.forward(self._model, self._data))
-        if self._post_constraint:
-            # reset_data leaves the last contact forces; MuJoCo's mj_resetData zeroes them.
-            self.state["cfrc_ext"].masked_fill_(self._mask[:, None, None], 0.0)
+        if initial is None:
+            self._run("restart", lambda: (self._reset_data(), self._add_noise(), self._run_stages()))
+        else:
+            self._run("reset_data", self._reset_data)
+            rows = self._mask[:, None]
+            self._qpos.copy_(torch.where(rows, initial[0], self._qpos))
+            self._qvel.copy_(torch.where(rows, initial[1], self._qvel))
+            if self._stages:
+                self._run("stages", self._run_stages)
+        for name in self._zeroed:
+            field = self.state[name]
+            field.masked_fill_(self._mask.view(-1, *(1,) * (field.dim() - 1)), 0.0)
+
+    def _reset_data(self) -> None:
+        mjw.reset_data(self._model, self._data, reset=self._mask_wp)
+
+    def _add_noise(self) -> None:
+        self._task.add_reset_noise(self._seed, self._mask_wp, self._episodes, self._data.qpos, self._data.qvel)
+
+    def _run_stages(self) -> None:
+        # Every world runs them (MuJoCo Warp has no world mask); the others' results are never
+        # read, since their next step recomputes all derived fields from an unchanged state.
+        for stage in self._stages:
+            stage(self._model, self._data)
+
+    def _check_overflow(self) -> None:
+        if not self._device.is_cuda:
+            self._raise_if_overflow(int(self._overflow_seen[0]), "")
+            return
+        if self._overflow_landed is not None:
+            if not self._overflow_landed.query():
+                return
+            self._raise_if_overflow(int(self._overflow_snapshot[0]),
+                                    " (seen a few steps late: on CUDA the check does not stall the step)")
+        self._overflow_snapshot.copy_(self._overflow_seen, non_blocking=True)
+        self._overflow_landed = torch.cuda.Event()
+        self._overflow_landed.record()
+
+    def _raise_if_overflow(self, bits: int, note: str) -> None:
+        if not bits:
+            return
+        task, nworld = self._task_name, self._data.nworld
+        names = sorted({name for bit, name in _OVERFLOW_SIZED_BY.items() if bits & bit})
+        needs = {"nconmax": f"the worlds together needed more than {task}.nconmax x num_envs = "
+                            f"{self._sizes['nconmax']} x {nworld} contacts",
+                 "njmax": f"a world needed more than {task}.njmax = {self._sizes['njmax']} constraint rows"}
+        raise TaskError(f"MuJoCo Warp ran out of buffer room: {'; '.join(needs[name] for name in names)}{note}. "
+                        f"It drops what does not fit, so the physics is wrong from there on and the run stops: "
+                        f"raise {' and '.join(f'{task}.{name}' for name in names)} (class attributes of the task)")
 
     def _run(self, key, launch) -> None:
-        if not self._device.is_cuda:
-            launch()
-            return
-        wp = self._wp
-        current = torch.cuda.current_stream(self._torch_stream.device)
-        self._torch_stream.wait_stream(current)
+        """Runs launch() (Warp work on this env's device) as graph `key`, captured at its first use.
+
+        On CUDA the graph runs on a Warp stream ordered after torch's current stream both ways; on
+        the CPU, Warp replays it in C++ (same results as launching, minus the Python per launch).
+        """
+        cuda = self._device.is_cuda
+        if cuda:
+            current = torch.cuda.current_stream(self._torch_stream.device)
+            self._torch_stream.wait_stream(current)
         if key not in self._graphs:
-            with wp.ScopedCapture(device=self._device, stream=self._stream) as capture:
+            # MuJoCo Warp launches on the current device and stream: they must be the captured ones
+            # (the default device is a GPU on a machine with one, even for an env on the CPU).
+            with wp.ScopedDevice(self._device), wp.ScopedStream(self._stream, sync_enter=False), \
+                    wp.ScopedCapture(device=self._device, stream=self._stream) as capture:
                 launch()
             self._graphs[key] = capture.graph
         wp.capture_launch(self._graphs[key], stream=self._stream)
-        current.wait_stream(self._torch_stream)
+        if cuda:
+            current.wait_stream(self._torch_stream)
 
     def close(self) -> None:
         self._graphs.clear()
         self.state, self._model, self._data = {}, None, None
+
+
+@wp.kernel
+def _gather_overflow(overflow: wp.array(dtype=wp.int32), buffer_bits: wp.int32, seen: wp.array(dtype=wp.int32)):
+    world = wp.tid()
+    bits = overflow[world] & buffer_bits
+    if bits != 0:
+        wp.atomic_or(seen, 0, bits)

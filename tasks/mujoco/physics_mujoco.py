@@ -14,23 +14,40 @@ from concurrent.futures import ThreadPoolExecutor
 import mujoco
 import numpy as np
 import torch
+import warp as wp
+
+from .task import Task, init_warp
 
 
 class MujocoPhysics:
-    """num_envs worlds of `model`; `state` holds live [N, ...] float64 tensors on `device` of `fields`.
+    """num_envs worlds of `model` for `task`; `state` holds live [N, ...] float64 tensors on
+    `device` of the task's fields, overwritten in place by `step` and `reset`.
 
-    The state tensors are overwritten in place by `step` and `reset`.
+    seed keys the task's reset noise (Task.add_reset_noise, run on Warp's CPU device).
     """
 
     dtype = torch.float64
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device, fields,
+    def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device, task: Task, seed: int,
                  num_threads: int | None = None):
         self.model = model
         self.num_envs = num_envs
+        fields = task.fields
         self._datas = [mujoco.MjData(model) for _ in range(num_envs)]
         self._ctrl = [d.ctrl for d in self._datas]
         self._post_constraint = "cfrc_ext" in fields
+        # The reset noise is drawn into host buffers by a graph of the task's kernel: Warp replays it
+        # in C++ in about 1 us, where a launch from Python takes about 30 us.
+        init_warp()
+        self._restart = torch.zeros(num_envs, dtype=torch.bool)
+        self._qpos0 = torch.from_numpy(model.qpos0.copy())
+        self._start_qpos = torch.zeros(num_envs, model.nq, dtype=torch.float64)
+        self._start_qvel = torch.zeros(num_envs, model.nv, dtype=torch.float64)
+        self._noise_args = [wp.from_torch(t) for t in (self._restart, torch.zeros(num_envs, dtype=torch.int32),
+                                                        self._start_qpos, self._start_qvel)]
+        with wp.ScopedCapture(device="cpu") as capture:
+            task.add_reset_noise(seed, *self._noise_args)
+        self._add_reset_noise = capture.graph
         # np.stack over views kept from the start gathers a field of every world in one C loop.
         self._views = {name: [getattr(d, name) for d in self._datas] for name in fields}
         self._host = {name: np.stack(views) for name, views in self._views.items()}
@@ -62,13 +79,21 @@ class MujocoPhysics:
             if self._post_constraint:
                 post(model, data)
 
-    def reset(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
-        """Worlds where mask [N] is true restart at qpos [N, nq], qvel [N, nv] (mj_resetData, then mj_forward)."""
+    def reset(self, mask: torch.Tensor, initial: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Worlds where mask [N] is true restart (mj_resetData, then mj_forward, as Gymnasium does),
+        at initial = (qpos [N, nq], qvel [N, nv]), or at random (the task's reset noise) if None."""
+        mask = mask.cpu()  # this backend steps on the host anyway
         ids = mask.nonzero().flatten().tolist()
         if not ids:
             return
-        qpos = qpos.detach().to("cpu", torch.float64).numpy()
-        qvel = qvel.detach().to("cpu", torch.float64).numpy()
+        if initial is None:
+            self._restart.copy_(mask)
+            self._start_qpos[ids] = self._qpos0
+            self._start_qvel[ids] = 0.0
+            wp.capture_launch(self._add_reset_noise)
+            qpos, qvel = self._start_qpos.numpy(), self._start_qvel.numpy()
+        else:
+            qpos, qvel = (t.detach().to("cpu", torch.float64).numpy() for t in initial)
         for i in ids:
             data = self._datas[i]
             mujoco.mj_resetData(self.model, data)

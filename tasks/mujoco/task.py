@@ -9,13 +9,22 @@ casts what a task returns to float32.
 As after Gymnasium's `mj_step`, derived fields (xpos, cinert, cvel, ...) describe the last
 substep's evaluation, and cfrc_ext is computed after the step (mj_rnePostConstraint). After a
 reset they are those of mj_forward at the new state, with cfrc_ext and qfrc_actuator zero.
+
+The reset noise is the one piece of task logic written as a Warp kernel rather than in torch:
+both backends launch it, and it draws only for the envs that restart, with no host round trip
+on CUDA (see `Task.add_reset_noise`).
 """
 from __future__ import annotations
 
 import os
+import sys
+from typing import Any
 
 import mujoco
 import torch
+import warp as wp
+
+from ..base import TaskError
 
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
 
@@ -35,11 +44,18 @@ class Task:
     qvel_noise: str = "uniform"       # "uniform" in ±scale, or "normal" with std scale
     fields: tuple = ("qpos", "qvel")  # physics state the task reads
     max_episode_steps: int = 1000
+    # MuJoCo Warp's preallocated buffers (make_data): contacts per world (pooled over all worlds,
+    # so naconmax = nconmax * num_envs) and constraint rows per world (a hard limit per world).
+    # Each task sets them to about twice the most that MuJoCo C reached in 96,000 steps of
+    # random and bang-bang actions without termination (fallen robots included), rounded up to
+    # Warp's size ladder; an overflow stops the run with a TaskError naming the one to raise.
+    nconmax: int
+    njmax: int
 
     def __init__(self, model: mujoco.MjModel, dtype: torch.dtype, device: torch.device):
+        if self.qvel_noise not in ("uniform", "normal"):
+            raise TaskError(f"{type(self).__name__}.qvel_noise must be 'uniform' or 'normal', got {self.qvel_noise!r}")
         self.dt = model.opt.timestep * self.frame_skip
-        self.init_qpos = torch.as_tensor(model.qpos0, dtype=dtype, device=device)
-        self.nv = model.nv
         self.obs_dim = self.observation_size(model)
 
     def observation_size(self, model: mujoco.MjModel) -> int:
@@ -61,16 +77,66 @@ class Task:
         """
         raise NotImplementedError
 
-    def initial_state(self, num_envs: int, generator: torch.Generator):
-        """Reset states: qpos [N, nq] = qpos0 + U(±scale); qvel [N, nv] = 0 + noise per qvel_noise."""
-        dtype, device, scale = self.init_qpos.dtype, self.init_qpos.device, self.reset_noise_scale
-        qpos = self.init_qpos + scale * (2 * torch.rand((num_envs, self.init_qpos.numel()), generator=generator,
-                                                        dtype=dtype, device=device) - 1)
-        if self.qvel_noise == "normal":
-            qvel = scale * torch.randn((num_envs, self.nv), generator=generator, dtype=dtype, device=device)
+    def add_reset_noise(self, seed: int, restart: wp.array, episodes: wp.array, qpos: wp.array, qvel: wp.array):
+        """Perturbs MuJoCo's reset state (qpos0, zero velocity) into a random start where restart is true.
+
+        restart: [N] bool; episodes: [N] int32, the random starts each env has had, counted up
+        here; qpos: [N, nq], qvel: [N, nv] float32 or float64 holding the reset state in those
+        rows, to which U(±scale) (qpos) and N(0, scale²) or U(±scale) (qvel, per qvel_noise) is
+        added. All on one Warp device; one launch, asynchronous, other rows untouched.
+        Env i's k-th random start is drawn from a stream keyed by (seed, i, k) alone, so a run
+        repeats for a seed whichever envs finish when, and no draw is made for an env that
+        does not restart.
+        """
+        wp.launch(_add_reset_noise, dim=restart.shape[0], device=qpos.device,
+                  inputs=[_int32(seed), float(self.reset_noise_scale), int(self.qvel_noise == "normal"), restart],
+                  outputs=[episodes, qpos, qvel])
+
+
+@wp.kernel
+def _add_reset_noise(seed: wp.int32, scale: float, normal_qvel: wp.int32, restart: wp.array(dtype=wp.bool),
+                     episodes: wp.array(dtype=wp.int32), qpos: wp.array2d(dtype=Any), qvel: wp.array2d(dtype=Any)):
+    env = wp.tid()
+    if not restart[env]:
+        return
+    episode = episodes[env] + 1
+    episodes[env] = episode
+    # rand_init(s, o) is a PCG hash (a bijection of uint32) of s + hash(o): distinct episodes get
+    # distinct keys, and distinct envs distinct starting states under one key.
+    state = wp.rand_init(wp.int32(wp.rand_init(seed, episode)), env)
+    for j in range(qpos.shape[1]):
+        qpos[env, j] = qpos[env, j] + qpos.dtype(scale * (2.0 * wp.randf(state) - 1.0))
+    for j in range(qvel.shape[1]):
+        if normal_qvel:
+            draw = wp.randn(state)
         else:
-            qvel = scale * (2 * torch.rand((num_envs, self.nv), generator=generator, dtype=dtype, device=device) - 1)
-        return qpos, qvel
+            draw = 2.0 * wp.randf(state) - 1.0
+        qvel[env, j] = qvel[env, j] + qvel.dtype(scale * draw)
+
+
+def _int32(seed: int) -> int:
+    """seed wrapped into int32, the seed type of Warp's generator."""
+    return (int(seed) + 2**31) % 2**32 - 2**31
+
+
+def init_warp() -> None:
+    """Initialise Warp in this process (idempotent), quietly: its greeting and a line per kernel
+    module loaded would fill the console of every run, and on a machine without an NVIDIA driver
+    its native library warns on stderr about the missing driver, which a CPU run does not need."""
+    wp.config.log_level = wp.LOG_WARNING
+    if torch.cuda.is_available():
+        wp.init()
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)  # the warning is written by C code, to file descriptor 2
+        wp.init()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def load_asset(xml: str) -> mujoco.MjModel:

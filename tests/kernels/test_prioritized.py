@@ -5,6 +5,7 @@ import torch
 from scipy import stats
 
 from impl_cases import CASES
+from pql.kernels.sumtree import SumTree
 from pql.replay.prioritized import PrioritizedSampler, sequence_priority
 
 MODES = ["proportional", "rank"]
@@ -122,6 +123,103 @@ def test_rank_mode_reranks_when_the_buffer_grows():
     assert sampler.tree.leaves.tolist() == pytest.approx([1 / 3, 1.0, 0.5, 0, 0, 0])
 
 
+def test_rank_mode_sorts_at_most_once_per_rerank_every_samples(monkeypatch):
+    """The cap itself: with updates between all sample calls, a sort every call uncapped."""
+    sorts = []
+    real_sort = torch.sort
+    monkeypatch.setattr(torch, "sort", lambda *a, **k: sorts.append(1) or real_sort(*a, **k))
+    gen = torch.Generator().manual_seed(0)
+    for rerank_every, batch_size, expected in [(1, 64, 12), (5, 64, 3), (None, 64, 12), (None, 16, 3)]:
+        sorts.clear()
+        sampler = PrioritizedSampler(64, mode="rank", impl="torch", rerank_every=rerank_every)
+        sampler.on_add(torch.arange(64))
+        for _ in range(12):
+            idx, _ = sampler.sample(batch_size, 64, gen)
+            sampler.update(idx, torch.rand(batch_size, generator=gen))
+        # None: ceil(size / batch_size) calls per ranking, exact when the buffer fits in a batch.
+        assert len(sorts) == expected, (rerank_every, batch_size)
+
+
+def test_rank_estimates_between_reranks_follow_the_documented_rule():
+    sampler = PrioritizedSampler(8, mode="rank", alpha=1.0, impl="torch", rerank_every=3)
+    sampler.on_add(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    sampler.sample(2, 4)  # ranks 4, 3, 2, 1
+    assert sampler.tree.leaves.tolist() == pytest.approx([1 / 4, 1 / 3, 1 / 2, 1, 0, 0, 0, 0])
+    # rank = 1 + #{ranked |delta| >= the new |delta|}: 2.5 -> 3, 4 -> 2 (after its tie), 10 -> 1
+    sampler.update(torch.tensor([0, 1, 2]), torch.tensor([2.5, 4.0, 10.0]))
+    # New items at the max (10): after the ranked ones at 10 (none), then in order of arrival.
+    sampler.on_add(torch.tensor([4, 5]))
+    sampler.sample(2, 6)
+    sampler.on_add(torch.tensor([6]))
+    assert sampler.tree.leaves.tolist() == pytest.approx([1 / 3, 1 / 2, 1, 1, 1, 1 / 2, 1 / 3, 0])
+    sampler.sample(2, 7)  # the third call of this ranking: no re-rank yet
+    assert sampler.tree.leaves[6].item() == pytest.approx(1 / 3)
+    sampler.sample(2, 7)  # exact again: 10 (slots 2, 4, 5, 6), 4 (slots 1, 3), 2.5 (slot 0)
+    assert sampler.tree.leaves.tolist() == pytest.approx([1 / 7, 1 / 5, 1, 1 / 6, 1 / 2, 1 / 3, 1 / 4, 0])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rerank_of_a_few_items_in_a_large_tree_equals_a_rebuild(case, monkeypatch):
+    impl, device = case
+    sampler, td = filled(case, "rank", capacity=4096, size=100, alpha=0.7)
+    rebuilds = []
+    monkeypatch.setattr(sampler.tree, "reset", rebuilds.append)
+    sampler.sample(8, 100)
+    assert rebuilds == []  # 100 * log2(4096) < 4096 nodes: the ranked leaves are updated in place
+    order = torch.sort(td.to(device), descending=True, stable=True).indices
+    leaves = torch.zeros(4096, device=device).index_copy_(
+        0, order, torch.arange(1, 101, dtype=torch.float32, device=device).pow(-0.7))
+    rebuilt = SumTree(4096, device, impl=impl)
+    rebuilt.reset(leaves)
+    assert torch.equal(sampler.tree.sum_tree, rebuilt.sum_tree)
+    assert torch.equal(sampler.tree.min_tree, rebuilt.min_tree)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rank_mode_between_reranks_samples_and_weighs_by_the_tree(case):
+    """Estimated leaves: frequencies proportional to the leaves, weights (leaf / min leaf)^-beta
+    in (0, 1], new items drawn in the next batch; exact ranks again after the re-rank."""
+    impl, device = case
+    sampler, td = filled(case, "rank", capacity=300, size=256, alpha=0.6, beta0=0.5, rerank_every=30)
+    gen = torch.Generator(device).manual_seed(4)
+    sampler.sample(256, 256, gen)  # the ranking's first call ranks exactly
+    for round_ in range(5):
+        idx, _ = sampler.sample(32, 256, gen)
+        # One value per slot, so a slot drawn twice gets the same |delta| either way.
+        new_td = torch.rand(256, generator=torch.Generator().manual_seed(10 + round_)) * 3
+        sampler.update(idx, new_td.to(device)[idx])
+        td[idx.cpu()] = new_td[idx.cpu()]
+    new = torch.arange(256, 266, device=device)
+    sampler.on_add(new)
+    td = torch.cat([td, sampler.max_priority.cpu().expand(10)])
+    leaves = sampler.tree.leaves.cpu().double()
+    exact = expected_probabilities("rank", td, 0.6, sampler.eps)
+    assert not torch.allclose(leaves[:266] / leaves.sum(), exact, rtol=1e-3)  # estimates, not ranks
+    # A new item's leaf spans two strata of a 512 batch, so the next batch draws every one.
+    assert (leaves[256:266] >= 2 * leaves.sum() / 512).all()
+    assert set(new.tolist()) <= set(sampler.sample(512, 266, gen)[0].tolist())
+    counts = torch.zeros(300, dtype=torch.int64)
+    for _ in range(20):
+        beta = sampler.beta
+        idx, weights = sampler.sample(1000, 266, gen)
+        idx, weights = idx.cpu(), weights.cpu()
+        assert ((weights > 0) & (weights <= 1)).all()
+        # Normalised by the least leaf of the tree sampled: weight 1 there.
+        torch.testing.assert_close(weights.double(), (leaves[idx] / leaves[:266].min()) ** -beta,
+                                   rtol=2e-5, atol=1e-7)
+        counts += torch.bincount(idx, minlength=300)
+    assert torch.equal(sampler.tree.leaves.cpu().double(), leaves)  # 27 calls: the same ranking
+    assert counts[266:].sum() == 0
+    expected = leaves[:266] / leaves.sum() * counts.sum()
+    assert stats.chisquare(counts[:266].double().numpy(), expected.numpy()).pvalue > 1e-3
+    for _ in range(3):
+        sampler.sample(1, 266)  # the ranking's 28th to 30th calls
+    assert torch.equal(sampler.tree.leaves.cpu().double(), leaves)
+    sampler.sample(1, 266)
+    torch.testing.assert_close((sampler.tree.leaves[:266] / sampler.tree.total()).double().cpu(), exact,
+                               rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_state_dict_round_trip_continues_identically(mode):
     a, _ = filled(("torch", "cpu"), mode)
@@ -156,6 +254,7 @@ def test_bad_arguments_are_rejected():
         (dict(beta0=1.5), "beta0=1.5 is not allowed"),
         (dict(beta_anneal_updates=0), "beta_anneal_updates=0 is not allowed"),
         (dict(eps=0.0), "eps=0.0 is not allowed"),
+        (dict(rerank_every=0), "rerank_every=0 is not allowed; expected an integer >= 1"),
     ]:
         with pytest.raises(ValueError, match=message):
             PrioritizedSampler(10, **kwargs)
