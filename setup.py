@@ -7,19 +7,27 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["pql", "pql.*", "tasks", "tasks.*"]),
     package_data={"tasks": ["mujoco/assets/*.xml", "mujoco/assets/LICENSE*"]},
+    # The floors: the oldest releases the code needs (from numpy on: the oldest checked); the fast
+    # tests pass with all of them pinned at once (docker/README.md, "Versions"). Install torch
+    # first (the CPU wheel on CI, the CUDA build on GPU machines): a torch already there satisfies
+    # this and pulls no second build.
     install_requires=[
-        # torch is pinned by the installer (CPU wheel on CI, CUDA build on GPU machines);
-        # any 2.x satisfies us, so no requirement here pulls a second build.
-        "torch>=2.3",
-        "numpy",
-        "mujoco>=3.3",
-        "mujoco-warp",
-        "warp-lang",
-        "triton",
+        # The CUDA wheels of torch pin their Triton; 2.8 is the first that pins Triton 3.4.
+        "torch>=2.8",
+        # pql.kernels reads triton.knobs, new in Triton 3.4.
+        "triton>=3.4",
+        "numpy>=1.24",
+        # tasks/mujoco/physics_mjwarp.py uses mujoco_warp.OverflowType (3.12 on); before 3.17 the
+        # elliptic-cone solver divides by zero on Warp's CPU device for a model sized for no
+        # contacts (InvertedPendulum, nconmax=0, in tests/test_tasks_parity.py).
+        # mujoco-warp 3.17 needs mujoco 3.13 and warp-lang 1.15.
+        "mujoco>=3.13",
+        "mujoco-warp>=3.17",
+        "warp-lang>=1.15",
         "hydra-core>=1.3",
         "omegaconf>=2.3",
-        "tensorboard",
-        "matplotlib",
+        "tensorboard>=2.14",
+        "matplotlib>=3.7",
     ],
     extras_require={
         "test": ["pytest", "gymnasium[mujoco]>=1.0", "scipy", "wandb"],
