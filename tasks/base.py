@@ -71,6 +71,32 @@ def resolve_device(device) -> torch.device:
     return device
 
 
+class LateRead:
+    """Reads a device tensor of flags on the host without stalling the device's stream.
+
+    On the CPU `read()` is the tensor itself. On CUDA each `read()` returns the host copy started
+    by an earlier call once that copy has landed (None until then, and while it is in flight) and
+    starts the next one, so a flag raised on the device is seen a few calls later.
+    """
+
+    def __init__(self, flags: torch.Tensor):
+        self.flags = flags
+        if flags.is_cuda:
+            self._snapshot = torch.zeros_like(flags, device="cpu").pin_memory()
+            self._landed = None  # torch.cuda.Event of the copy in flight
+
+    def read(self) -> torch.Tensor | None:
+        if not self.flags.is_cuda:
+            return self.flags
+        if self._landed is not None and not self._landed.query():
+            return None
+        seen = None if self._landed is None else self._snapshot.clone()
+        self._snapshot.copy_(self.flags, non_blocking=True)
+        self._landed = torch.cuda.Event()
+        self._landed.record()
+        return seen
+
+
 class ActionCheck:
     """Rejects actions of the wrong shape, dtype or device, and non-finite actions.
 
@@ -86,8 +112,7 @@ class ActionCheck:
         self.device = device
         if device.type == "cuda":
             self._seen_bad = torch.zeros(num_envs, dtype=torch.bool, device=device)  # ORed every step
-            self._snapshot = torch.zeros(num_envs, dtype=torch.bool, pin_memory=True)
-            self._snapshot_landed = None  # torch.cuda.Event of the copy in flight
+            self._late = LateRead(self._seen_bad)
 
     def __call__(self, actions) -> None:
         if not isinstance(actions, torch.Tensor):
@@ -105,13 +130,9 @@ class ActionCheck:
 
     def _check_later(self, actions: torch.Tensor) -> None:
         self._seen_bad |= ~torch.isfinite(actions).all(dim=1)
-        if self._snapshot_landed is not None:
-            if not self._snapshot_landed.query():
-                return
-            _raise_if_any(self._snapshot, " (reported late: on CUDA the check does not stall the step)")
-        self._snapshot.copy_(self._seen_bad, non_blocking=True)
-        self._snapshot_landed = torch.cuda.Event()
-        self._snapshot_landed.record()
+        seen = self._late.read()
+        if seen is not None:
+            _raise_if_any(seen, " (reported late: on CUDA the check does not stall the step)")
 
 
 def _raise_if_any(bad_envs: torch.Tensor, note: str) -> None:

@@ -10,8 +10,7 @@ from torch import nn
 from pql.algos import make_off_policy
 from pql.config import apply_device_defaults
 from pql.nets import ObsNormalizer
-from pql.runtime import actor as actor_module
-from pql.runtime import learners as learners_module
+from pql.runtime import device as device_module
 from pql.runtime import weight_sync
 from pql.runtime.control import C
 from pql.runtime.roles import build_role, make_controller
@@ -49,7 +48,7 @@ class ManualFence:
 @pytest.fixture
 def manual_fences(monkeypatch):
     ManualFence.made = []
-    for module in (weight_sync, actor_module, learners_module):
+    for module in (weight_sync, device_module):
         monkeypatch.setattr(module, "Fence", ManualFence)
     return ManualFence
 
@@ -143,7 +142,7 @@ def test_ring_slots_are_handed_over_only_once_their_copies_have_landed(make_conf
     manual_fences.land_all()  # the learners' first publications
 
     actor.step()
-    assert int(c[C.ACTOR_STEPS]) == 0 and len(actor.publishing) == 1
+    assert int(c[C.ACTOR_STEPS]) == 0 and len(actor.ring_writes) == 1
     actor.step()
     assert not actor.ready()  # two slots, both written or being written: none is free
     manual_fences.land_all()

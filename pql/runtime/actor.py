@@ -2,8 +2,6 @@
 transitions and publishes them into the staging ring."""
 from __future__ import annotations
 
-import collections
-
 import torch
 
 from pql.algos.exploration import noise_stds
@@ -12,7 +10,7 @@ from pql.kernels.nstep import nstep_returns
 from pql.nets import ObsNormalizer
 from pql.replay.prioritized import sequence_priority
 from pql.runtime.control import C, RatioController, S
-from pql.runtime.device import Fence
+from pql.runtime.device import InFlight
 from pql.runtime.episodes import EpisodeStats
 from pql.runtime.precision import InferenceCopy
 from pql.runtime.weight_sync import WeightsReader
@@ -74,7 +72,7 @@ class Actor:
         self.obs = self.env.reset()
         self.episodes = EpisodeStats(self.env.num_envs, device, int(shared.counters[C.EPISODES]))
         self.local_steps = 0
-        self.publishing: collections.deque[Fence] = collections.deque()  # ring writes not yet landed
+        self.ring_writes = InFlight(device)  # staged batches written but not counted yet
 
     def done(self) -> bool:
         return int(self.shared.counters[C.ENV_STEPS]) >= self.cfg.runtime.max_env_steps
@@ -85,19 +83,16 @@ class Actor:
         if self.done():
             c[C.ACTOR_DONE] = 1
             return False
-        staged = int(c[C.ACTOR_STEPS]) + len(self.publishing)
+        staged = int(c[C.ACTOR_STEPS]) + len(self.ring_writes)
         ring_free = staged - min(int(c[C.CONSUMED_V]), int(c[C.CONSUMED_P])) < self.shared.ring_slots
-        return ring_free and self.ctrl.actor_may_step(in_flight=len(self.publishing))
+        return ring_free and self.ctrl.actor_may_step(in_flight=len(self.ring_writes))
 
     def idle(self) -> None:
         self._publish_landed()
 
     def _publish_landed(self) -> None:
         """Count the ring writes that have landed: a learner reads a slot only once it is counted."""
-        landed = 0
-        while self.publishing and self.publishing[0].done():
-            self.publishing.popleft()
-            landed += 1
+        landed = self.ring_writes.landed()
         if landed:
             self.ctrl.advance(C.ACTOR_STEPS, landed)
 
@@ -122,7 +117,7 @@ class Actor:
             self._sync_weights()
         self.normalizer.update(self.obs)
         self.shared.normalizer.publish(self.normalizer)
-        staged = int(c[C.ACTOR_STEPS]) + len(self.publishing)
+        staged = int(c[C.ACTOR_STEPS]) + len(self.ring_writes)
         warming = staged - int(c[C.A0]) < int(c[C.WARMUP])
         if warming and self.random_warmup:
             action = torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
@@ -140,7 +135,7 @@ class Actor:
         slot = staged % self.shared.ring_slots
         for k, v in transition.items():
             self.shared.ring[k][slot].copy_(v)
-        self.publishing.append(Fence(self.device).record())
+        self.ring_writes.mark()
         self._publish_landed()
 
     def _track_episodes(self, reward, done) -> None:

@@ -12,6 +12,8 @@ test can bound the synchronisations per update without a GPU.
 """
 from __future__ import annotations
 
+import collections
+
 import torch
 
 _syncs = 0
@@ -75,3 +77,27 @@ class Fence:
         _syncs += 1
         if self._event is not None:
             self._event.synchronize()
+
+
+class InFlight:
+    """Copies queued on `device`'s current stream, oldest first, each marked by a fence."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._fences: collections.deque[Fence] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._fences)
+
+    def mark(self) -> None:
+        """Mark the copy just queued."""
+        self._fences.append(Fence(self.device).record())
+
+    def landed(self) -> int:
+        """Forget the copies that have landed. -> how many did (a stream runs its work in order,
+        so they are the oldest)."""
+        count = 0
+        while self._fences and self._fences[0].done():
+            self._fences.popleft()
+            count += 1
+        return count

@@ -3,7 +3,6 @@ P-learner owns the policy and an observation replay. Each keeps a local copy of 
 network, refreshed from the versioned shared weights."""
 from __future__ import annotations
 
-import collections
 import copy
 
 import torch
@@ -12,7 +11,7 @@ from pql.algos.common import adam, soft_update
 from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer
 from pql.runtime.control import C, RatioController, S
-from pql.runtime.device import Fence, host_values
+from pql.runtime.device import InFlight, host_values
 from pql.runtime.shared import transition_spec
 from pql.runtime.weight_sync import WeightsReader
 
@@ -62,7 +61,7 @@ class _Learner:
         self.normalizer_reader = WeightsReader(shared.normalizer, self.normalizer)
         self.updates = 0
         self.ingested = int(shared.counters[self.consumed_slot])  # staged batches whose copy is queued
-        self.copies: collections.deque[Fence] = collections.deque()  # one per queued copy, oldest first
+        self.copies = InFlight(device)  # copies out of the ring not landed yet
 
     def idle(self) -> None:
         self.ingest()
@@ -76,12 +75,9 @@ class _Learner:
             slot = self.ingested % self.shared.ring_slots
             self.replay.add({k: ring[k][slot] for k in self.fields},
                             ring["priority"][slot] if self.staged_priorities else None)
-            self.copies.append(Fence(self.device).record())
+            self.copies.mark()
             self.ingested += 1
-        landed = 0
-        while self.copies and self.copies[0].done():
-            self.copies.popleft()
-            landed += 1
+        landed = self.copies.landed()
         if landed:
             self.ctrl.advance(self.consumed_slot, landed)
 

@@ -26,7 +26,7 @@ import mujoco_warp as mjw
 import torch
 import warp as wp
 
-from ..base import TaskError
+from ..base import LateRead, TaskError
 from .task import Task, init_warp
 
 # The smooth stages a reset may run, in pipeline order (each needs the ones before it), and how
@@ -87,14 +87,13 @@ class MjwarpPhysics:
         self._episodes = wp.from_torch(torch.zeros(num_envs, dtype=torch.int32, device=device))
         self._overflow_seen = torch.zeros(1, dtype=torch.int32, device=device)  # OR of the flags of all steps
         self._overflow_seen_wp = wp.from_torch(self._overflow_seen)
+        self._overflow_read = LateRead(self._overflow_seen)
         self._graphs = {}
         self._stream = None  # a Warp stream on CUDA only
         if self._device.is_cuda:
             # Graph capture is not allowed on torch's legacy default stream, hence a stream of our own.
             self._stream = wp.Stream(self._device)
             self._torch_stream = wp.stream_to_torch(self._stream)
-            self._overflow_snapshot = torch.zeros(1, dtype=torch.int32, pin_memory=True)
-            self._overflow_landed = None  # torch.cuda.Event of the snapshot copy in flight
 
     def step(self, ctrl: torch.Tensor, nstep: int) -> None:
         """Apply ctrl [N, nu] for nstep substeps in every world.
@@ -144,17 +143,10 @@ class MjwarpPhysics:
             stage(self._model, self._data)
 
     def _check_overflow(self) -> None:
-        if not self._device.is_cuda:
-            self._raise_if_overflow(int(self._overflow_seen[0]), "")
-            return
-        if self._overflow_landed is not None:
-            if not self._overflow_landed.query():
-                return
-            self._raise_if_overflow(int(self._overflow_snapshot[0]),
-                                    " (seen a few steps late: on CUDA the check does not stall the step)")
-        self._overflow_snapshot.copy_(self._overflow_seen, non_blocking=True)
-        self._overflow_landed = torch.cuda.Event()
-        self._overflow_landed.record()
+        seen = self._overflow_read.read()
+        if seen is not None:
+            self._raise_if_overflow(int(seen[0]), " (seen a few steps late: on CUDA the check does not stall "
+                                                  "the step)" if self._device.is_cuda else "")
 
     def _raise_if_overflow(self, bits: int, note: str) -> None:
         if not bits:
