@@ -83,12 +83,15 @@ class Actor:
         if self.done():
             c[C.ACTOR_DONE] = 1
             return False
-        staged = int(c[C.ACTOR_STEPS]) + len(self.ring_writes)
-        ring_free = staged - min(int(c[C.CONSUMED_V]), int(c[C.CONSUMED_P])) < self.shared.ring_slots
+        ring_free = self._staged() - min(int(c[C.CONSUMED_V]), int(c[C.CONSUMED_P])) < self.shared.ring_slots
         return ring_free and self.ctrl.actor_may_step(in_flight=len(self.ring_writes))
 
     def idle(self) -> None:
         self._publish_landed()
+
+    def _staged(self) -> int:
+        """Batches staged in this ring so far: counted ones and those whose write is in flight."""
+        return int(self.shared.counters[C.ACTOR_STEPS]) + len(self.ring_writes)
 
     def _publish_landed(self) -> None:
         """Count the ring writes that have landed: a learner reads a slot only once it is counted."""
@@ -117,7 +120,7 @@ class Actor:
             self._sync_weights()
         self.normalizer.update(self.obs)
         self.shared.normalizer.publish(self.normalizer)
-        staged = int(c[C.ACTOR_STEPS]) + len(self.ring_writes)
+        staged = self._staged()
         warming = staged - int(c[C.A0]) < int(c[C.WARMUP])
         if warming and self.random_warmup:
             action = torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
