@@ -14,10 +14,12 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from pql.checkpoint import CheckpointError  # noqa: E402
-from pql.config import ConfigError, load_config  # noqa: E402
+from pql.config import ConfigError, load_config, register_configs  # noqa: E402
 from pql.runtime import train  # noqa: E402
-from pql.runtime.launch import RoleFailure  # noqa: E402
+from pql.runtime.supervisor import RoleFailure  # noqa: E402
 from tasks import TaskError  # noqa: E402
+
+register_configs()  # cfg/config.yaml composes the defaults from Hydra's ConfigStore
 
 
 def run(raw: dict) -> dict:

@@ -28,16 +28,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from learner import CsvRows, timed  # noqa: E402  (bench/learner.py)
-from pql.algos import make_off_policy  # noqa: E402
+from learner import CsvRows, standalone_actor, timed  # noqa: E402  (bench/learner.py)
 from pql.checkpoint import load_checkpoint  # noqa: E402
 from pql.config import apply_device_defaults, load_config  # noqa: E402
 from pql.envs import to_env_action  # noqa: E402
 from pql.nets import ObsNormalizer  # noqa: E402
-from pql.runtime.control import C  # noqa: E402
-from pql.runtime.precision import InferenceCopy  # noqa: E402
-from pql.runtime.roles import build_role, make_controller  # noqa: E402
-from pql.runtime.shared import make_shared_state  # noqa: E402
+from pql.runtime.off_policy.precision import InferenceCopy  # noqa: E402
+from pql.runtime.off_policy.roles import make_rules  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -64,21 +61,16 @@ def inference_ms(algo, policy, obs_dim: int, num_envs: int, device, seconds: flo
 def actor_steps_per_s(cfg, obs_dim: int, act_dim: int, device, seconds: float, resync: bool) -> float:
     """Env steps/s of the real actor role with nothing consuming its output but this loop.
     resync: publish the policy before every step, so the actor refreshes its inference copy."""
-    algo = make_off_policy(cfg.algo, obs_dim, act_dim)
+    algo = make_rules(cfg, obs_dim, act_dim)
     policy = algo.make_policy().to(device)
-    shared = make_shared_state(cfg.task.num_envs, obs_dim, act_dim, device, 4, policy, algo.make_critic(),
-                               ObsNormalizer(obs_dim))
-    shared.policy.publish(policy)
-    shared.counters[C.WARMUP] = 0
-    cfg.runtime.max_env_steps = 10 ** 15
-    ctrl = make_controller(cfg, shared)
-    actor = build_role("actor", cfg, shared, algo, device, ctrl, obs_dim, act_dim, fresh_start=False)
+    actor, actor_step = standalone_actor(cfg, algo, obs_dim, act_dim, device)
+    shared_policy = actor.shared.weights["policy"]
+    shared_policy.publish(policy)
 
     def step():
         if resync:
-            shared.policy.publish(policy)
-        actor.step()
-        shared.counters[C.CONSUMED_V] = shared.counters[C.CONSUMED_P] = shared.counters[C.ACTOR_STEPS]
+            shared_policy.publish(policy)
+        actor_step()
 
     return timed(step, device, seconds) * cfg.task.num_envs
 
@@ -154,7 +146,7 @@ def main() -> None:
     probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
     probe.close()
-    algo = make_off_policy(cfg.algo, obs_dim, act_dim)
+    algo = make_rules(cfg, obs_dim, act_dim)
     policy = algo.make_policy().to(device)
     batches = sorted({cfg.task.num_envs, 4096})
     threads = torch.get_num_threads()
@@ -195,9 +187,9 @@ def main() -> None:
 
     state = trained_state(args)
     trained = algo.make_policy().to(device)
-    trained.load_state_dict(state["p_learner"]["policy"])
+    trained.load_state_dict(state["policy"])
     normalizer = ObsNormalizer(obs_dim).to(device)
-    normalizer.load_state_dict(state["actor"]["normalizer"])
+    normalizer.load_state_dict(state["normalizer"])
     policies = {p: InferenceCopy(trained, p).module for p in PRECISIONS if supported(p, device)}
     # A fresh env with the same seed per precision: every policy starts from the same states.
     returns = {p: eval_returns(tasks.make(args.task, num_envs=args.eval_envs, device=device, seed=args.seed + 10_000),

@@ -51,7 +51,6 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 from kernels import table_rows as kernel_table_rows  # noqa: E402  (bench/kernels.py)
 from pql.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics  # noqa: E402
-from pql.runtime.control import C  # noqa: E402
 
 STEPS = ("tests", "env", "learner", "kernels", "train", "resume", "plot")
 OK, FAILED, TIMED_OUT, SKIPPED = "ok", "failed", "timed out", "skipped"
@@ -227,7 +226,7 @@ def to_float(cell: str | None) -> float | None:
 def checkpoint_env_steps(path: str) -> int | None:
     """The env-step counter of a pql checkpoint; None when there is no readable one."""
     try:
-        return int(load_checkpoint(path)["counters"][C.ENV_STEPS])
+        return load_checkpoint(path)["counters"]["env_steps"]
     except (CheckpointError, KeyError):
         return None
 

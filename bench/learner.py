@@ -28,14 +28,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pql.algos import make_off_policy  # noqa: E402
 from pql.algos.common import adam, soft_update  # noqa: E402
 from pql.config import apply_device_defaults, load_config  # noqa: E402
-from pql.runtime.control import C  # noqa: E402
-from pql.runtime.learners import compile_update  # noqa: E402
-from pql.runtime.roles import build_role, make_controller  # noqa: E402
-from pql.runtime.shared import make_shared_state  # noqa: E402
-from pql.nets import ObsNormalizer  # noqa: E402
+from pql.runtime.off_policy.learners import compile_update  # noqa: E402
+from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared  # noqa: E402
 
 
 class CsvRows:
@@ -95,7 +91,7 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
     """Critic and policy updates/s of the real update rules on random batches, with the
     optimiser and the runtime.compile setting the learners use (fused Adam and CUDA graphs on
     CUDA); the warm-up calls absorb the compilation."""
-    algo = make_off_policy(cfg.algo, obs_dim, act_dim)
+    algo = make_rules(cfg, obs_dim, act_dim)
     critic, policy = algo.make_critic().to(device), algo.make_policy().to(device)
     target = copy.deepcopy(critic).requires_grad_(False)
     critic_opt = adam(critic.parameters(), cfg.algo.critic_lr)
@@ -122,22 +118,25 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
     return timed(critic_update, device, seconds), timed(policy_update, device, seconds)
 
 
-def actor_rate(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> float:
-    """Env steps/s of the real actor role (policy inference, exploration, n-step folding,
-    staging) with nothing consuming its output but this loop."""
-    algo = make_off_policy(cfg.algo, obs_dim, act_dim)
-    shared = make_shared_state(cfg.task.num_envs, obs_dim, act_dim, device, 4, algo.make_policy(),
-                               algo.make_critic(), ObsNormalizer(obs_dim))
-    shared.counters[C.WARMUP] = 0
+def standalone_actor(cfg, algo, obs_dim: int, act_dim: int, device):
+    """The real actor role with no learner: -> (actor, step), where step() makes one actor step
+    and frees its ring slot at once, as if both learners had copied it."""
+    shared = make_shared(cfg, algo, obs_dim, act_dim, device)
     cfg.runtime.max_env_steps = 10 ** 15
-    ctrl = make_controller(cfg, shared)
-    ctrl.max_lag = 10 ** 12  # no learner runs here: let the actor go
-    actor = build_role("actor", cfg, shared, algo, device, ctrl, obs_dim, act_dim, fresh_start=False)
+    ratios = make_ratios(cfg, shared)
+    actor = build_role("actor", cfg, shared, algo, device, ratios, obs_dim, act_dim, fresh_start=False)
 
     def step():
         actor.step()
-        shared.counters[C.CONSUMED_V] = shared.counters[C.CONSUMED_P] = shared.counters[C.ACTOR_STEPS]
+        shared.counters.consumed_v = shared.counters.consumed_p = shared.counters.actor_steps
 
+    return actor, step
+
+
+def actor_rate(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> float:
+    """Env steps/s of the real actor role (policy inference, exploration, n-step folding,
+    staging) with nothing consuming its output but this loop."""
+    _, step = standalone_actor(cfg, make_rules(cfg, obs_dim, act_dim), obs_dim, act_dim, device)
     return timed(step, device, seconds) * cfg.task.num_envs
 
 

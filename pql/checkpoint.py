@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 FORMAT = "pql-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: one layout for every algorithm (algo, task, counters by name, policy, normalizer, roles)
 
 
 class CheckpointError(ValueError):

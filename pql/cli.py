@@ -11,6 +11,7 @@ anything imports torch. This module imports neither torch nor hydra at import ti
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 
 from pql.config import ConfigError
@@ -65,36 +66,59 @@ def _overrides(argv: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+def _group_options(key: str, config_dir: str) -> list[str] | None:
+    """The options of config group `key`: YAML files in cfg/<key>/ and ConfigStore nodes
+    (pql.config.register_configs); None if `key` is no group."""
+    from hydra.core.config_store import ConfigStore
+
+    options, found = set(), False
+    group_dir = os.path.join(config_dir, key)
+    if os.path.isdir(group_dir):
+        options |= {f[:-len(".yaml")] for f in os.listdir(group_dir) if f.endswith(".yaml")}
+        found = True
+    with contextlib.suppress(OSError):  # ConfigStore.list: `key` is no group there
+        options |= {o[:-len(".yaml")] for o in ConfigStore.instance().list(key) if o.endswith(".yaml")}
+        found = True
+    return sorted(options) if found else None
+
+
 def check_overrides(argv: list[str], config_dir: str, config_name: str = "config") -> None:
-    """Raise ConfigError for an override of an unknown key or a missing group option."""
+    """Raise ConfigError for an override of an unknown key or a missing group option.
+
+    Keys are checked against every combination of the group choices a sweep names: an
+    algorithm's keys are its own (`algo=pql,sac algo.exploration=ape_x` fails for sac)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    from pql.config import register_configs
+
+    register_configs()
     overrides = _overrides(argv)
     groups = {}
     for key, value in overrides:
-        group_dir = os.path.join(config_dir, key)
-        if os.path.isdir(group_dir):
-            options = sorted(f[:-5] for f in os.listdir(group_dir) if f.endswith(".yaml"))
-            for choice in value.split(","):
-                if choice not in options:
-                    shown = [ISAACGYM_PREFIX + "<Task>" if (key, o) == ("task", ISAACGYM_OPTION) else o
-                             for o in options]
-                    raise ConfigError(key, choice, f"one of {', '.join(shown)}")
-            groups[key] = value.split(",")[0]
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        cfg = compose(config_name, overrides=[f"{k}={v}" for k, v in groups.items()])
-    GlobalHydra.instance().clear()
-    tree = OmegaConf.to_container(cfg, resolve=False)
-    for key, value in overrides:
-        if key in groups:
+        options = _group_options(key, config_dir)
+        if options is None:
             continue
-        node, parts = tree, key.split(".")
-        for i, part in enumerate(parts):
-            if not isinstance(node, dict) or part not in node:
-                where = ".".join(parts[:i]) or "the top level"
-                known = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
-                raise ConfigError(key, value, f"an existing key; keys under {where}: {known}")
-            node = node[part]
+        for choice in value.split(","):
+            if choice not in options:
+                shown = [ISAACGYM_PREFIX + "<Task>" if (key, o) == ("task", ISAACGYM_OPTION) else o for o in options]
+                raise ConfigError(key, choice, f"one of {', '.join(shown)}")
+        groups[key] = value.split(",")
+    for choices in itertools.product(*([f"{key}={choice}" for choice in values] for key, values in groups.items())):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            cfg = compose(config_name, overrides=list(choices))
+        GlobalHydra.instance().clear()
+        tree = OmegaConf.to_container(cfg, resolve=False)
+        picked = f" with {' '.join(choices)}" if choices else ""
+        for key, value in overrides:
+            if key in groups:
+                continue
+            node, parts = tree, key.split(".")
+            for i, part in enumerate(parts):
+                if not isinstance(node, dict) or part not in node:
+                    where = ".".join(parts[:i]) or "the top level"
+                    known = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
+                    raise ConfigError(key, value, f"an existing key{picked}; keys under {where}: {known}")
+                node = node[part]

@@ -1,9 +1,11 @@
-"""Typed configuration for every group, validated once at start.
+"""Typed configuration for every group, validated once at start: the one home of every default.
 
-Hydra composes YAML (cfg/); `load_config` turns the composed mapping into these dataclasses and
-checks every value. A bad value raises `ConfigError` naming the key, the value and what is
-allowed; `train.py` prints that one line and exits with code 2. Code past this point never
-reads raw dicts.
+Hydra composes cfg/config.yaml, whose defaults come from the nodes `register_configs` stores in
+Hydra's ConfigStore (every group but algo as `pql_base`, one `algo` option per algorithm in
+ALGORITHMS), with cfg/task/<Task>.yaml on top. `load_config` turns the composed mapping into
+these dataclasses and checks every value. A bad value raises `ConfigError` naming the key, the
+value and what is allowed; `train.py` prints that one line and exits with code 2. Code past
+this point never reads raw dicts. README's configuration reference is `reference_markdown()`.
 
 Ratios follow the paper's notation β_a:v = 1:beta_av (critic updates per batched actor step,
 i.e. per `num_envs` env steps) and β_p:v = 1:beta_pv (critic updates per policy update).
@@ -11,10 +13,11 @@ i.e. per `num_envs` env steps) and β_p:v = 1:beta_pv (critic updates per policy
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 
 class ConfigError(ValueError):
@@ -25,11 +28,22 @@ class ConfigError(ValueError):
         super().__init__(f"config error: {key}={value!r} is not allowed; expected {allowed}")
 
 
-def _opt(default, allowed: str, check: Callable[[Any], bool] = lambda v: True):
-    """A field with its constraint, checked by `_build` (None always passes for Optional fields)."""
+def _opt(default, allowed: Union[str, Callable[[], str]], check: Callable[[Any], bool] = lambda v: True,
+         doc: str = ""):
+    """A field with its constraint, checked by `_build` (None always passes for Optional fields).
+
+    allowed: what the error line expects (a callable for text built from names defined later);
+    doc: what the key means, where `allowed` does not say it (README's reference shows both).
+    """
+    metadata = {"allowed": allowed, "check": check, "doc": doc}
     if isinstance(default, (list, tuple)):
-        return field(default_factory=lambda: tuple(default), metadata={"allowed": allowed, "check": check})
-    return field(default=default, metadata={"allowed": allowed, "check": check})
+        return field(default_factory=lambda: tuple(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _allowed(f: dataclasses.Field) -> str:
+    allowed = f.metadata["allowed"]
+    return allowed() if callable(allowed) else allowed
 
 
 def _positive(v) -> bool:
@@ -40,171 +54,293 @@ def _non_negative(v) -> bool:
     return v >= 0
 
 
+def _at_least_one(v) -> bool:
+    return v >= 1
+
+
 def _unit_interval(v) -> bool:
     return 0.0 <= v <= 1.0
+
+
+def _discount(v) -> bool:
+    return 0.0 < v <= 1.0
 
 
 def _one_of(*choices):
     return lambda v: v in choices
 
 
+def _layer_widths(v) -> bool:
+    return len(v) > 0 and all(h > 0 for h in v)
+
+
+def _algo_names() -> str:
+    return f"one of {', '.join(ALGORITHMS)}"
+
+
+def _algo_name(default=dataclasses.MISSING):
+    """An algorithm config's `name`: `load_config` picks the class by it (ALGORITHMS, below)."""
+    return _opt(default, _algo_names, lambda v: v in ALGORITHMS,
+                doc="the algorithm, picked with `algo=<name>`")
+
+
 @dataclass
 class TaskConfig:
-    name: str = _opt("Ant", "a task name (see tasks.TASK_NAMES) or isaacgym/<Task>")
-    num_envs: Optional[int] = _opt(None, "an integer > 0 (null: 4096 on CUDA, a CPU-sized default on CPU)", _positive)
-    backend: str = _opt("auto", "one of auto, mujoco, mjwarp", _one_of("auto", "mujoco", "mjwarp"))
-    eval_envs: int = _opt(10, "an integer > 0", _positive)
-    # Per-task CPU default for num_envs; set in cfg/task/<Task>.yaml.
-    cpu_num_envs: int = _opt(64, "an integer > 0", _positive)
+    name: str = _opt("Ant", "one of Ant, Humanoid, HalfCheetah, Hopper, InvertedPendulum (tasks.TASK_NAMES), "
+                            "or isaacgym/<Task>", doc="the task, picked with `task=<Task>` (docs/tasks.md)")
+    num_envs: Optional[int] = _opt(None, "an integer > 0 (null: 4096 on CUDA, task.cpu_num_envs on CPU)", _positive,
+                                   doc="training envs")
+    backend: str = _opt("auto", "one of auto, mujoco, mjwarp", _one_of("auto", "mujoco", "mjwarp"),
+                        doc="the simulator: mujoco (MuJoCo C on CPU threads) or mjwarp (MuJoCo Warp); auto: mjwarp "
+                            "on CUDA, mujoco on the CPU; Isaac Gym tasks ignore it")
+    eval_envs: int = _opt(10, "an integer > 0", _positive,
+                          doc="evaluation envs (deterministic policy, one episode each)")
+    cpu_num_envs: int = _opt(64, "an integer > 0", _positive,
+                             doc="training envs on CPU when task.num_envs is null (set per task in "
+                                 "cfg/task/<Task>.yaml)")
 
 
 @dataclass
 class NetConfig:
-    actor_hidden: tuple = _opt((256, 256), "a non-empty list of positive layer widths", lambda v: len(v) > 0 and all(h > 0 for h in v))
-    critic_hidden: tuple = _opt((256, 256), "a non-empty list of positive layer widths", lambda v: len(v) > 0 and all(h > 0 for h in v))
-    # LayerNorm before each hidden activation of the critic: keeps early Q-learning from
-    # diverging when the replay holds few states (MuJoCo Ant on a CPU collapsed without it).
-    critic_layer_norm: bool = _opt(True, "true or false")
+    actor_hidden: tuple = _opt((256, 256), "a non-empty list of positive layer widths", _layer_widths,
+                               doc="hidden widths of the policy MLP (ELU)")
+    critic_hidden: tuple = _opt((256, 256), "a non-empty list of positive layer widths", _layer_widths,
+                                doc="hidden widths of the critic (value) MLP (ELU)")
+    # LayerNorm keeps early Q-learning from diverging when the replay holds few states (MuJoCo
+    # Ant on a CPU collapsed without it).
+    critic_layer_norm: bool = _opt(True, "true or false", doc="LayerNorm before each hidden activation of the critic")
+
+
+def _on_policy_net() -> NetConfig:
+    """PPO's and IMPALA's nets: narrower than the off-policy ones, and no LayerNorm."""
+    return NetConfig(actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64), critic_layer_norm=False)
 
 
 @dataclass
 class OffPolicyConfig:
-    """PQL and the algorithms that run on its three-role runtime (pql, pql_d, sac)."""
+    """The keys shared by the algorithms on the three-role off-policy runtime (pql, pql_d, sac)."""
 
-    name: str = _opt("pql", "one of pql, pql_d, sac, ppo, impala")
-    gamma: float = _opt(0.99, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
-    nstep: int = _opt(3, "an integer >= 1", lambda v: v >= 1)
-    tau: float = _opt(0.05, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
-    batch_size: Optional[int] = _opt(None, "an integer > 0 (null: 8192 on CUDA, 256 on CPU)", _positive)
-    critic_lr: float = _opt(3e-4, "a number > 0", _positive)
-    actor_lr: float = _opt(3e-4, "a number > 0", _positive)
-    beta_av: int = _opt(8, "an integer >= 1 (critic updates per batched actor step, β_a:v = 1:beta_av)", lambda v: v >= 1)
-    beta_pv: int = _opt(2, "an integer >= 1 (critic updates per policy update, β_p:v = 1:beta_pv)", lambda v: v >= 1)
-    exploration: str = _opt("mixed", "one of mixed, ape_x", _one_of("mixed", "ape_x"))
-    noise_std_min: float = _opt(0.05, "a number >= 0", _non_negative)
-    noise_std_max: float = _opt(0.8, "a number >= noise_std_min", _non_negative)
-    ape_x_epsilon: float = _opt(0.4, "a number in (0, 1)", lambda v: 0.0 < v < 1.0)
-    ape_x_alpha: float = _opt(8.0, "a number >= 0", _non_negative)
-    target_noise: float = _opt(0.2, "a number >= 0", _non_negative)
-    target_noise_clip: float = _opt(0.5, "a number >= 0", _non_negative)
-    warmup_steps: int = _opt(32, "an integer >= 0 (batched actor steps with uniform random actions)", _non_negative)
-    # Distributional critic (pql_d).
-    num_atoms: int = _opt(51, "an integer >= 2", lambda v: v >= 2)
-    v_min: float = _opt(-10.0, "a number < v_max")
-    v_max: float = _opt(10.0, "a number > v_min")
-    # SAC.
-    init_alpha: float = _opt(0.1, "a number > 0", _positive)
-    alpha_lr: float = _opt(3e-4, "a number > 0", _positive)
+    # No default: the shared keys are no algorithm of their own.
+    name: str = _algo_name()
+    gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
+    nstep: int = _opt(3, "an integer >= 1", _at_least_one, doc="n of the n-step returns")
+    tau: float = _opt(0.05, "a number in (0, 1]", _discount, doc="soft-update rate of the target critic")
+    batch_size: Optional[int] = _opt(None, "an integer > 0 (null: 8192 on CUDA, 256 on CPU)", _positive,
+                                     doc="transitions sampled per update")
+    critic_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of the critic")
+    actor_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of the policy")
+    beta_av: int = _opt(8, "an integer >= 1 (critic updates per batched actor step, β_a:v = 1:beta_av)", _at_least_one)
+    beta_pv: int = _opt(2, "an integer >= 1 (critic updates per policy update, β_p:v = 1:beta_pv)", _at_least_one)
+    warmup_steps: int = _opt(32, "an integer >= 0 (batched actor steps with uniform random actions before learning)",
+                             _non_negative)
     net: NetConfig = field(default_factory=NetConfig)
+
+
+@dataclass
+class PQLConfig(OffPolicyConfig):
+    name: str = _algo_name("pql")
+    exploration: str = _opt("mixed", "one of mixed, ape_x", _one_of("mixed", "ape_x"),
+                            doc="mixed: env i's noise std spread evenly over [noise_std_min, noise_std_max]; ape_x: "
+                                "env l of L gets ε^(1 + α·l/(L−1))")
+    noise_std_min: float = _opt(0.05, "a number >= 0", _non_negative, doc="smallest noise std of mixed exploration")
+    noise_std_max: float = _opt(0.8, "a number >= noise_std_min", _non_negative,
+                                doc="largest noise std of mixed exploration")
+    ape_x_epsilon: float = _opt(0.4, "a number in (0, 1)", lambda v: 0.0 < v < 1.0, doc="ε of ape_x exploration")
+    ape_x_alpha: float = _opt(8.0, "a number >= 0", _non_negative, doc="α of ape_x exploration")
+    target_noise: float = _opt(0.2, "a number >= 0", _non_negative,
+                               doc="noise std of TD3's target-policy smoothing")
+    target_noise_clip: float = _opt(0.5, "a number >= 0", _non_negative, doc="clip of that noise")
+
+
+@dataclass
+class PQLDConfig(PQLConfig):
+    """PQL with a categorical distributional critic."""
+
+    name: str = _algo_name("pql_d")
+    num_atoms: int = _opt(101, "an integer >= 2", lambda v: v >= 2,
+                          doc="atoms z_i = v_min + iΔz of the critic's fixed support")
+    v_min: float = _opt(-100.0, "a number < v_max",
+                        doc="lowest atom; the support must cover the task's discounted returns (about reward per step "
+                            "/ (1 − γ)), values outside are clipped onto it (InvertedPendulum: v_min=-10 v_max=110)")
+    v_max: float = _opt(1000.0, "a number > v_min", doc="highest atom")
+
+
+@dataclass
+class SACConfig(OffPolicyConfig):
+    """SAC explores by sampling its own policy and smooths no target, so it has no noise keys."""
+
+    name: str = _algo_name("sac")
+    init_alpha: float = _opt(0.1, "a number > 0", _positive,
+                             doc="initial temperature α, tuned towards the target entropy −act_dim")
+    alpha_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of α")
 
 
 @dataclass
 class PPOConfig:
-    name: str = _opt("ppo", "one of pql, pql_d, sac, ppo, impala")
-    gamma: float = _opt(0.99, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
-    gae_lambda: float = _opt(0.95, "a number in [0, 1]", _unit_interval)
-    horizon: int = _opt(32, "an integer >= 1 (env steps per env per rollout)", lambda v: v >= 1)
-    epochs: int = _opt(5, "an integer >= 1", lambda v: v >= 1)
-    minibatches: int = _opt(4, "an integer >= 1", lambda v: v >= 1)
-    clip: float = _opt(0.2, "a number > 0", _positive)
-    value_clip: float = _opt(0.2, "a number > 0", _positive)
-    lr: float = _opt(3e-4, "a number > 0", _positive)
-    entropy_coef: float = _opt(0.0, "a number >= 0", _non_negative)
-    value_coef: float = _opt(0.5, "a number >= 0", _non_negative)
-    max_grad_norm: float = _opt(1.0, "a number > 0", _positive)
-    init_log_std: float = _opt(-0.5, "a number")
-    net: NetConfig = field(default_factory=NetConfig)
+    """PPO with GAE, in one process: collect horizon × task.num_envs steps, then epochs ×
+    minibatches clipped-objective steps."""
+
+    name: str = _algo_name("ppo")
+    gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
+    gae_lambda: float = _opt(0.95, "a number in [0, 1]", _unit_interval, doc="GAE λ")
+    horizon: int = _opt(32, "an integer >= 1 (env steps per env per rollout)", _at_least_one)
+    epochs: int = _opt(5, "an integer >= 1", _at_least_one, doc="passes over each rollout")
+    minibatches: int = _opt(4, "an integer >= 1", _at_least_one,
+                            doc="minibatches per pass (the rollout split evenly)")
+    clip: float = _opt(0.2, "a number > 0", _positive, doc="ε of the clipped surrogate")
+    value_clip: float = _opt(0.2, "a number > 0", _positive, doc="ε_V of the clipped value loss")
+    lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate")
+    entropy_coef: float = _opt(0.0, "a number >= 0", _non_negative, doc="weight of the entropy bonus")
+    value_coef: float = _opt(0.5, "a number >= 0", _non_negative, doc="weight of the value loss")
+    max_grad_norm: float = _opt(1.0, "a number > 0", _positive, doc="gradient-norm clip")
+    init_log_std: float = _opt(-0.5, "a number", doc="initial log σ of the Gaussian policy (actions in [-1, 1])")
+    net: NetConfig = field(default_factory=_on_policy_net)
 
 
 @dataclass
 class ImpalaConfig:
-    name: str = _opt("impala", "one of pql, pql_d, sac, ppo, impala")
-    gamma: float = _opt(0.99, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
-    unroll: int = _opt(16, "an integer >= 1 (T, steps per trajectory)", lambda v: v >= 1)
-    rho_bar: float = _opt(1.0, "a number > 0 and >= c_bar", _positive)
-    c_bar: float = _opt(1.0, "a number > 0 and <= rho_bar", _positive)
-    lam: float = _opt(1.0, "a number in [0, 1]", _unit_interval)
-    lr: float = _opt(3e-4, "a number > 0", _positive)
-    entropy_coef: float = _opt(1e-3, "a number >= 0", _non_negative)
-    baseline_coef: float = _opt(0.5, "a number >= 0", _non_negative)
-    max_grad_norm: float = _opt(1.0, "a number > 0", _positive)
-    init_log_std: float = _opt(-0.5, "a number")
-    queue_size: int = _opt(2, "an integer >= 1 (trajectory batches in flight)", lambda v: v >= 1)
-    net: NetConfig = field(default_factory=NetConfig)
+    """IMPALA: the actor rolls out unroll-step trajectories with its lagging policy copy into a ring
+    of queue_size slots; the learner applies the V-trace actor-critic update."""
+
+    name: str = _algo_name("impala")
+    gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
+    unroll: int = _opt(16, "an integer >= 1 (T, steps per trajectory)", _at_least_one)
+    rho_bar: float = _opt(1.0, "a number > 0 and >= c_bar", _positive,
+                          doc="ρ̄, V-trace's clip on the importance weight of the TD error")
+    c_bar: float = _opt(1.0, "a number > 0 and <= rho_bar", _positive,
+                        doc="c̄, V-trace's clip on the trace-cutting weights")
+    lam: float = _opt(1.0, "a number in [0, 1]", _unit_interval, doc="λ of V-trace's traces")
+    lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate")
+    entropy_coef: float = _opt(1e-3, "a number >= 0", _non_negative, doc="weight of the entropy bonus")
+    baseline_coef: float = _opt(0.5, "a number >= 0", _non_negative, doc="weight of the baseline loss")
+    max_grad_norm: float = _opt(1.0, "a number > 0", _positive, doc="gradient-norm clip")
+    init_log_std: float = _opt(-0.5, "a number", doc="initial log σ of the Gaussian policy (actions in [-1, 1])")
+    queue_size: int = _opt(2, "an integer >= 1 (trajectory batches in flight)", _at_least_one)
+    net: NetConfig = field(default_factory=_on_policy_net)
 
 
-ALGO_CONFIGS = {"pql": OffPolicyConfig, "pql_d": OffPolicyConfig, "sac": OffPolicyConfig,
-                "ppo": PPOConfig, "impala": ImpalaConfig}
+def _load(target: str):
+    module, attribute = target.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """An algorithm: its config class, and its update rules and runner as "module:attribute",
+    imported on use so that importing pql.config never imports torch."""
+
+    config: type
+    rules: str
+    runner: str
+
+    def load_rules(self):
+        return _load(self.rules)
+
+    def load_runner(self):
+        return _load(self.runner)
+
+
+ALGORITHMS = {
+    "pql": Algorithm(PQLConfig, "pql.algos.pql:PQL", "pql.runtime.off_policy.runner:OffPolicyRunner"),
+    "pql_d": Algorithm(PQLDConfig, "pql.algos.pql_d:PQLD", "pql.runtime.off_policy.runner:OffPolicyRunner"),
+    "sac": Algorithm(SACConfig, "pql.algos.sac:SAC", "pql.runtime.off_policy.runner:OffPolicyRunner"),
+    "ppo": Algorithm(PPOConfig, "pql.algos.ppo:PPO", "pql.runtime.on_policy.ppo_runner:PPORunner"),
+    "impala": Algorithm(ImpalaConfig, "pql.algos.impala:Impala", "pql.runtime.on_policy.impala_runner:ImpalaRunner"),
+}
 
 
 @dataclass
 class ReplayConfig:
-    kind: str = _opt("uniform", "one of uniform, prioritized", _one_of("uniform", "prioritized"))
-    capacity: Optional[int] = _opt(None, "an integer > 0 (null: 5,000,000 on CUDA, 1,000,000 on CPU)", _positive)
-    priority_mode: str = _opt("proportional", "one of proportional, rank", _one_of("proportional", "rank"))
-    # Rank mode sorts the whole replay at a re-rank; between re-ranks new and updated items get
-    # ranks estimated against the last sort (docs/kernels.md has the costs).
+    kind: str = _opt("uniform", "one of uniform, prioritized", _one_of("uniform", "prioritized"),
+                     doc="how the critic's batches are sampled")
+    capacity: Optional[int] = _opt(None, "an integer > 0 (null: 5,000,000 on CUDA, 1,000,000 on CPU)", _positive,
+                                   doc="transitions the replay holds")
+    priority_mode: str = _opt("proportional", "one of proportional, rank", _one_of("proportional", "rank"),
+                              doc="proportional p = (|δ| + ε)^α, or rank p = (1/rank)^α")
     rerank_every: Optional[int] = _opt(None, "an integer >= 1 (rank mode: critic updates between re-ranks; 1: exact "
-                                             "ranks) or null (replay size / batch size)", _positive)
-    priority_alpha: float = _opt(0.6, "a number >= 0", _non_negative)
-    priority_beta0: float = _opt(0.4, "a number in [0, 1]", _unit_interval)
+                                             "ranks) or null (replay size / batch size)", _positive,
+                                       doc="rank mode sorts the whole replay at a re-rank; ranks in between are "
+                                           "estimated against the last sort (docs/kernels.md has the costs)")
+    priority_alpha: float = _opt(0.6, "a number >= 0", _non_negative, doc="α of the priorities")
+    priority_beta0: float = _opt(0.4, "a number in [0, 1]", _unit_interval,
+                                 doc="β₀ of the importance weights, annealed linearly to 1")
     beta_anneal_updates: int = _opt(100_000, "an integer > 0 (critic updates over which β goes to 1)", _positive)
-    priority_eps: float = _opt(1e-6, "a number > 0", _positive)
-    # Ape-X: the actor computes each new transition's priority where the data is made, with its
-    # own critic copy, as the sequence priority eta·max|δ| + (1−eta)·mean|δ| over the one-step TD
-    # errors of the steps its n-step window folds; false: new items enter at the max priority.
-    actor_priorities: bool = _opt(False, "true or false (true needs replay.kind=prioritized)")
-    priority_eta: float = _opt(0.9, "a number in [0, 1]", _unit_interval)
+    priority_eps: float = _opt(1e-6, "a number > 0", _positive, doc="ε of the proportional priorities")
+    actor_priorities: bool = _opt(False, "true or false (true needs replay.kind=prioritized)",
+                                  doc="true: the actor computes new items' priorities with its own critic copy (Ape-X) "
+                                      "where the data is made; false: new items enter at the maximum priority")
+    priority_eta: float = _opt(0.9, "a number in [0, 1]", _unit_interval,
+                               doc="η of the actor's sequence priority η·max|δ| + (1−η)·mean|δ| over the one-step TD "
+                                   "errors of each n-step window")
 
 
 @dataclass
 class ActorConfig:
-    precision: str = _opt("fp32", "one of fp32, bf16, int8", _one_of("fp32", "bf16", "int8"))
+    precision: str = _opt("fp32", "one of fp32, bf16, int8", _one_of("fp32", "bf16", "int8"),
+                          doc="the actor's inference copy of the policy (int8 on CPU only)")
 
 
 @dataclass
 class RuntimeConfig:
-    mode: str = _opt("process", "one of process, sequential", _one_of("process", "sequential"))
+    mode: str = _opt("process", "one of process, sequential", _one_of("process", "sequential"),
+                     doc="process: each role in a process of its own; sequential: the roles in one process")
     device: str = _opt("auto", "auto, cpu, cuda or cuda:<index>",
-                       lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()))
-    seed: int = _opt(0, "an integer >= 0", _non_negative)
-    max_env_steps: Optional[int] = _opt(None, "an integer > 0 (null: 20M on CUDA, 300k on CPU)", _positive)
-    max_time_s: Optional[float] = _opt(None, "a number > 0 (null: no wall-time limit)", _positive)
-    stop_at_return: Optional[float] = _opt(None, "a number or null (stop once an evaluation reaches it)")
+                       lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()),
+                       doc="every process of the run makes that GPU its current device; auto: cuda if there is one")
+    seed: int = _opt(0, "an integer >= 0", _non_negative, doc="random seed")
+    max_env_steps: Optional[int] = _opt(None, "an integer > 0 (null: 20M on CUDA, 300k on CPU)", _positive,
+                                        doc="env steps of training")
+    max_time_s: Optional[float] = _opt(None, "a number > 0 (null: no wall-time limit)", _positive,
+                                       doc="wall-time limit in seconds")
+    stop_at_return: Optional[float] = _opt(None, "a number or null",
+                                           doc="stop once an evaluation reaches this return (that evaluation is the "
+                                               "run's final one)")
     eval_every: Optional[int] = _opt(None, "an integer > 0 (env steps between evaluations; null: 2M on CUDA, 20k on CPU)", _positive)
     checkpoint_every: Optional[int] = _opt(None, "an integer > 0 (env steps between checkpoints; null: 5M on CUDA, 100k on CPU)", _positive)
-    policy_sync_every: int = _opt(1, "an integer >= 1 (policy updates between publications and actor steps between copies)", lambda v: v >= 1)
-    critic_sync_every: int = _opt(1, "an integer >= 1 (critic updates between publications)", lambda v: v >= 1)
-    max_lag: int = _opt(4, "an integer >= 1 (batched actor steps a role may run ahead of the ratio)", lambda v: v >= 1)
+    policy_publish_every: int = _opt(1, "an integer >= 1", _at_least_one,
+                                     doc="policy updates between publications of the policy weights (P-learner; "
+                                         "IMPALA's learner)")
+    critic_publish_every: int = _opt(1, "an integer >= 1", _at_least_one,
+                                     doc="critic updates between publications of the critic weights (V-learner)")
+    actor_pull_every: int = _opt(1, "an integer >= 1", _at_least_one,
+                                 doc="actor steps between the actor's copies of the published weights")
+    v_learner_pull_every: int = _opt(1, "an integer >= 1", _at_least_one,
+                                     doc="critic updates between the V-learner's copies of the published policy")
+    max_lag: int = _opt(4, "an integer >= 1 (batched actor steps a role may run ahead of the ratio)", _at_least_one)
     stall_timeout_s: float = _opt(600.0, "a number > 0 (a role waiting longer than this stops the run)", _positive)
-    # Until every role has made progress once: envs built, Warp kernels compiled, graphs captured.
     startup_timeout_s: float = _opt(1800.0, "a number > 0 (the stall limit until every role has made progress)",
-                                    _positive)
-    compile: Optional[bool] = _opt(None, "true, false or null (null: true on CUDA, false on CPU)")
-    log_every_s: float = _opt(10.0, "a number > 0", _positive)
-    torch_threads: Optional[int] = _opt(None, "an integer > 0 (null: cores shared out among the roles)", _positive)
+                                    _positive, doc="covers building envs, Warp compiling its kernels cold and CUDA "
+                                                   "graph capture")
+    compile: Optional[bool] = _opt(None, "true, false or null (null: true on CUDA, false on CPU)",
+                                   doc="the learners' updates compiled with torch.compile (CUDA graphs on CUDA)")
+    log_every_s: float = _opt(10.0, "a number > 0", _positive, doc="seconds between console lines and scalar logs")
+    torch_threads: Optional[int] = _opt(None, "an integer > 0 (null: cores shared out among the roles)", _positive,
+                                        doc="torch threads per role")
 
 
 @dataclass
 class WandbConfig:
-    activate: bool = _opt(False, "true or false")
-    project: str = _opt("pql", "a project name")
+    activate: bool = _opt(False, "true or false", doc="log to Weights & Biases")
+    project: str = _opt("pql", "a project name", doc="the wandb project")
     entity: Optional[str] = _opt(None, "a wandb entity or null")
-    mode: str = _opt("online", "one of online, offline", _one_of("online", "offline"))
-    group: Optional[str] = _opt(None, "a group name or null")
+    mode: str = _opt("online", "one of online, offline", _one_of("online", "offline"),
+                     doc="offline works with no network (`wandb sync` later)")
+    group: Optional[str] = _opt(None, "a group name or null", doc="the wandb run group")
 
 
 @dataclass
 class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
-    algo: Any = field(default_factory=OffPolicyConfig)
+    algo: Any = field(default_factory=PQLConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
-    checkpoint: Optional[str] = _opt(None, "a path to a checkpoint file or null")
+    checkpoint: Optional[str] = _opt(None, "a path to a checkpoint file or null",
+                                     doc="resume from it (with test=true: evaluate it)")
     test: bool = _opt(False, "true or false (true: evaluate `checkpoint` without training)")
-    run_dir: str = _opt(".", "a directory")
+    run_dir: str = _opt(".", "a directory", doc="where the run writes logs and checkpoints; train.py sets it to "
+                                                "Hydra's run directory (`hydra.run.dir=…` chooses it)")
 
 
 def _convert(key: str, value: Any, hint: Any, allowed: str) -> Any:
@@ -238,7 +374,10 @@ def _convert(key: str, value: Any, hint: Any, allowed: str) -> Any:
     raise TypeError(f"unsupported config type {hint} for {key}")
 
 
-def _build(cls, raw: Any, prefix: str):
+def _build(cls, raw: Any, prefix: str, default=None):
+    """`default` (cls() if None) with the keys `raw` gives replaced by their checked values; a
+    nested group starts from the enclosing default's, so PPO's `net` keeps its own widths."""
+    default = cls() if default is None else default
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -250,13 +389,13 @@ def _build(cls, raw: Any, prefix: str):
             raise ConfigError(f"{prefix}.{key}".lstrip("."), raw[key], f"one of the keys {', '.join(sorted(known))}")
     values = {}
     for name, f in known.items():
-        key = f"{prefix}.{name}".lstrip(".")
-        if dataclasses.is_dataclass(hints[name]) and name in raw:
-            values[name] = _build(hints[name], raw[name], key)
-            continue
         if name not in raw:
             continue
-        allowed = f.metadata.get("allowed", str(hints[name]))
+        key = f"{prefix}.{name}".lstrip(".")
+        if dataclasses.is_dataclass(hints[name]):
+            values[name] = _build(hints[name], raw[name], key, getattr(default, name))
+            continue
+        allowed = _allowed(f)
         value = _convert(key, raw[name], hints[name], allowed)
         if value is not None:
             try:
@@ -266,7 +405,7 @@ def _build(cls, raw: Any, prefix: str):
             if not ok:
                 raise ConfigError(key, raw[name], allowed)
         values[name] = value
-    return cls(**values)
+    return dataclasses.replace(default, **values)
 
 
 def _cross_checks(cfg: Config) -> None:
@@ -283,11 +422,10 @@ def _cross_checks(cfg: Config) -> None:
         raise ConfigError("algo", "ppo", "pql, pql_d, sac or impala with an Isaac Gym task (PPO steps its training "
                                          "and evaluation envs in one process; Isaac Gym allows one simulation per process)")
     algo = cfg.algo
-    if isinstance(algo, OffPolicyConfig):
-        if algo.noise_std_max < algo.noise_std_min:
-            raise ConfigError("algo.noise_std_max", algo.noise_std_max, f"a number >= algo.noise_std_min ({algo.noise_std_min})")
-        if algo.v_max <= algo.v_min:
-            raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
+    if isinstance(algo, PQLConfig) and algo.noise_std_max < algo.noise_std_min:
+        raise ConfigError("algo.noise_std_max", algo.noise_std_max, f"a number >= algo.noise_std_min ({algo.noise_std_min})")
+    if isinstance(algo, PQLDConfig) and algo.v_max <= algo.v_min:
+        raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
     if cfg.replay.rerank_every is not None and (cfg.replay.kind, cfg.replay.priority_mode) != ("prioritized", "rank"):
         raise ConfigError("replay.rerank_every", cfg.replay.rerank_every,
                           "null, or an integer >= 1 together with replay.kind=prioritized replay.priority_mode=rank")
@@ -302,12 +440,11 @@ def _cross_checks(cfg: Config) -> None:
 def load_config(raw: dict) -> Config:
     """Build and validate a Config from a plain (Hydra-composed, resolved) mapping."""
     raw = dict(raw)
-    algo_raw = dict(raw.get("algo") or {})
-    algo_name = algo_raw.get("name", "pql")
-    if algo_name not in ALGO_CONFIGS:
-        raise ConfigError("algo.name", algo_name, f"one of {', '.join(ALGO_CONFIGS)}")
-    algo = _build(ALGO_CONFIGS[algo_name], algo_raw, "algo")
-    raw.pop("algo", None)
+    algo_raw = dict(raw.pop("algo", None) or {})
+    algo_name = algo_raw.get("name", Config().algo.name)
+    if not isinstance(algo_name, str) or algo_name not in ALGORITHMS:
+        raise ConfigError("algo.name", algo_name, _algo_names())
+    algo = _build(ALGORITHMS[algo_name].config, algo_raw, "algo")
     cfg = _build(Config, raw, "")
     cfg.algo = algo
     _cross_checks(cfg)
@@ -380,3 +517,121 @@ def apply_device_defaults(cfg: Config):
           f"eval_every={runtime.eval_every:,} checkpoint_every={runtime.checkpoint_every:,}"
           + (f" compile={str(runtime.compile).lower()}" if on_gpu or runtime.compile else ""), flush=True)
     return torch.device(device)
+
+
+def _plain(value):
+    """Dataclasses and tuples as dicts and lists."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def register_configs() -> None:
+    """Store the defaults in Hydra's ConfigStore, where cfg/config.yaml composes them from:
+    `pql_base` (every group but algo) and one `algo` option per algorithm. Calling it again
+    stores the same nodes again.
+
+    Plain mappings, not the dataclasses: OmegaConf would type-check those with multi-line
+    errors of its own, before `load_config` can give its one line.
+    """
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    base = _plain(Config())
+    del base["algo"]
+    store.store(name="pql_base", node=base)
+    for name, algorithm in ALGORITHMS.items():
+        store.store(group="algo", name=name, node=_plain(algorithm.config()))
+
+
+_REFERENCE_START, _REFERENCE_END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
+
+
+def _default(f: dataclasses.Field):
+    return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+
+
+def _yaml(value) -> str:
+    """A default as it would be written in YAML or on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return f"[{', '.join(map(str, value))}]"
+    if isinstance(value, float):
+        return f"{value:g}".replace("e-0", "e-")
+    return str(value)
+
+
+def _rows(key: str, f: dataclasses.Field, value) -> list[str]:
+    """README table rows of field `f` at `key` with default `value`; a nested group's flattened."""
+    if dataclasses.is_dataclass(value):
+        return [row for g in dataclasses.fields(value) for row in _rows(f"{key}.{g.name}", g, getattr(value, g.name))]
+    meaning = "; ".join(text for text in (f.metadata["doc"], _allowed(f)) if text).replace("|", r"\|")
+    return [f"| `{key}` | `{_yaml(value)}` | {meaning} |"]
+
+
+def _table(title: str, rows: list[str]) -> str:
+    return "\n".join([title, "", "| key | default | meaning |", "|---|---|---|", *rows])
+
+
+def _algo_reference() -> list[str]:
+    """The algo group: the keys pql, pql_d and sac share, then per algorithm the keys it adds to
+    the nearest class already shown (all its keys if none is)."""
+    default = Config().algo
+    name = next(f for f in dataclasses.fields(default) if f.name == "name")
+    blocks = [f"**algo**: {name.metadata['doc']} (`algo.name`, default `{default.name}`): {_allowed(name)}. "
+              "Each has its own keys."]
+    name_of = {algorithm.config: algo_name for algo_name, algorithm in ALGORITHMS.items()}
+    off_policy = [n for cls, n in name_of.items() if issubclass(cls, OffPolicyConfig)]
+    tables = [(f"*{', '.join(off_policy[:-1])} and {off_policy[-1]} share*", OffPolicyConfig, None)]
+    for cls, algo_name in name_of.items():
+        base = next((c for c in cls.__mro__[1:] if c is OffPolicyConfig or c in name_of), None)
+        title = (f"*{algo_name}*" if base is None else f"*{algo_name} adds*" if base is OffPolicyConfig
+                 else f"*{algo_name} adds to {name_of[base]}'s*")
+        tables.append((title, cls, base))
+    for title, cls, base in tables:
+        shown = {"name"} | ({f.name for f in dataclasses.fields(base)} if base else set())
+        blocks.append(_table(title, [row for f in dataclasses.fields(cls) if f.name not in shown
+                                     for row in _rows(f"algo.{f.name}", f, _default(f))]))
+    return blocks
+
+
+def reference_markdown() -> str:
+    """README's configuration reference: one table per group, rendered from the fields above (the
+    key, its default and its meaning and allowed values)."""
+    blocks, top = [], []
+    for f in dataclasses.fields(Config):
+        value = _default(f)
+        if f.name == "algo":
+            blocks += _algo_reference()
+        elif dataclasses.is_dataclass(value):
+            blocks.append(_table(f"**{f.name}**", _rows(f.name, f, value)))
+        else:
+            top += _rows(f.name, f, value)
+    return "\n\n".join([*blocks, _table("**top level**", top)])
+
+
+def _update_reference(path: str) -> None:
+    """Rewrite the text between the reference markers in `path` (README.md)."""
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+    if text.count(_REFERENCE_START) != 1 or text.count(_REFERENCE_END) != 1:
+        raise SystemExit(f"{path}: expected one {_REFERENCE_START} and one {_REFERENCE_END}")
+    head, rest = text.split(_REFERENCE_START)
+    tail = rest.split(_REFERENCE_END)[1]
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(f"{head}{_REFERENCE_START}\n\n{reference_markdown()}\n\n{_REFERENCE_END}{tail}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    # python -m pql.config: print the reference; python -m pql.config README.md: update it there.
+    if len(sys.argv) > 1:
+        _update_reference(sys.argv[1])
+    else:
+        print(reference_markdown())

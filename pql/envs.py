@@ -1,10 +1,10 @@
-"""The bridge from pql's normalised action box to a task's batched env."""
+"""The bridge from pql's config and normalised action box to a task's batched env."""
 from __future__ import annotations
 
 import torch
 
 
-def make_env(task_cfg, num_envs: int, device, seed: int):
+def build_env(task_cfg, num_envs: int, device, seed: int):
     """A batched env from tasks/ for this config (task_cfg: TaskConfig)."""
     import tasks
 

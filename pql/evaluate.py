@@ -8,7 +8,8 @@ from pql.envs import to_env_action
 
 @torch.no_grad()
 def evaluate(env, policy, normalizer) -> tuple[float, float]:
-    """Run the deterministic policy until every env has finished one episode.
+    """Run the deterministic policy (its forward: the mean action, clipped to the action box as in
+    training) until every env has finished one episode.
     -> (mean return, mean length) over the env's num_envs first episodes."""
     obs = env.reset()
     n = env.num_envs
@@ -16,17 +17,11 @@ def evaluate(env, policy, normalizer) -> tuple[float, float]:
     lengths = torch.zeros(n, device=env.device)
     running = torch.ones(n, dtype=torch.bool, device=env.device)
     for _ in range(env.max_episode_steps):
-        obs, reward, terminated, truncated, _ = env.step(to_env_action(policy(normalizer(obs)), env))
+        action = policy(normalizer(obs)).clamp(-1.0, 1.0)
+        obs, reward, terminated, truncated, _ = env.step(to_env_action(action, env))
         returns += reward * running
         lengths += running.float()
         running &= ~(terminated | truncated)
         if not running.any():
             break
     return float(returns.mean()), float(lengths.mean())
-
-
-def report_checkpoint_evaluation(cfg, ret: float, length: float) -> dict:
-    """test=true: print what the checkpoint's policy scored. -> the eval scalars."""
-    print(f"pql: evaluated {cfg.checkpoint} on {cfg.task.eval_envs} {cfg.task.name} envs: "
-          f"mean return {ret:.2f}, mean length {length:.1f}", flush=True)
-    return {"eval/return": ret, "eval/length": length}

@@ -5,7 +5,7 @@ See tasks/base.py for the protocol every env follows and docs/tasks.md for the b
 from __future__ import annotations
 
 from .base import BatchedEnv, TaskError, check_num_envs, resolve_device
-from .mujoco import TASKS, make_env, resolve_backend
+from .mujoco import TASKS, make_mujoco_env, resolve_backend
 
 TASK_NAMES = tuple(TASKS)
 ISAACGYM_PREFIX = "isaacgym/"
@@ -31,4 +31,4 @@ def make(name: str, num_envs: int, device="cpu", seed: int = 0, backend: str = "
     chosen = resolve_backend(backend, device)
     if backend == "auto":
         print(f"tasks: {name} x{num_envs} on {device} with backend '{chosen}' (auto)")
-    return make_env(name, num_envs, device, int(seed), chosen)
+    return make_mujoco_env(name, num_envs, device, int(seed), chosen)

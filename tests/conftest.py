@@ -6,9 +6,13 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pql.config import Config, load_config
+from pql.config import Config, load_config, register_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# cfg/config.yaml composes pql's defaults from Hydra's ConfigStore. Stored here, before any test
+# runs, so that every test that composes pql's config (not only through compose_config) finds them.
+register_configs()
 
 
 def compose_config(overrides: list[str], run_dir) -> Config:

@@ -1,4 +1,7 @@
-"""Every bad config gives one line naming key, value and what is allowed, and exit code 2."""
+"""Every bad config gives one line naming key, value and what is allowed, and exit code 2; the
+composed defaults are the dataclasses' defaults."""
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -8,13 +11,16 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pql.config import ConfigError, load_config
+from pql.cli import check_overrides
+from pql.config import (ALGORITHMS, Config, ConfigError, ImpalaConfig, OffPolicyConfig, PPOConfig, PQLConfig,
+                        PQLDConfig, SACConfig, TaskConfig, load_config, register_configs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG_DIR = os.path.join(ROOT, "cfg")
 
 
 def composed(overrides):
+    register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CFG_DIR, version_base=None):
         cfg = compose("config", overrides=overrides)
@@ -50,6 +56,11 @@ BAD = [
     ("runtime.device=tpu", "runtime.device", "auto, cpu, cuda"),
     ("runtime.max_env_steps=0", "runtime.max_env_steps", "> 0"),
     ("runtime.max_lag=0", "runtime.max_lag", ">= 1"),
+    ("runtime.policy_publish_every=0", "runtime.policy_publish_every", ">= 1"),
+    ("runtime.critic_publish_every=0", "runtime.critic_publish_every", ">= 1"),
+    ("runtime.actor_pull_every=0", "runtime.actor_pull_every", ">= 1"),
+    ("runtime.v_learner_pull_every=0", "runtime.v_learner_pull_every", ">= 1"),
+    ("algo.warmup_steps=-1", "algo.warmup_steps", ">= 0"),
     ("wandb.mode=cloud", "wandb.mode", "online, offline"),
     ("wandb.activate=maybe", "wandb.activate", "true or false"),
     ("test=true", "test", "checkpoint=PATH"),
@@ -78,6 +89,10 @@ def test_bad_impala_truncation_levels():
     (["algo.gamma=2"], "algo.gamma=2"),
     (["algo.gama=0.9"], "algo.gama"),
     (["task=Walker"], "task='Walker'"),
+    (["algo=foo"], "algo='foo' is not allowed; expected one of impala, ppo, pql, pql_d, sac"),
+    (["algo=sac", "algo.exploration=ape_x"], "algo.exploration='ape_x' is not allowed; expected an existing key "
+                                             "with algo=sac"),
+    (["runtime.policy_sync_every=2"], "runtime.policy_sync_every='2' is not allowed; expected an existing key"),
     (["checkpoint=/nonexistent/checkpoint.pt"], "checkpoint not found: /nonexistent/checkpoint.pt"),
 ])
 def test_cli_exits_2_with_one_line(argv, needle):
@@ -111,3 +126,120 @@ def test_a_costly_rerank_schedule_is_warned_about(capsys):
                                 "replay.capacity=1000000", "runtime.device=cpu"]))
     apply_device_defaults(cfg)
     assert "warning: replay.rerank_every=2 re-sorts all 1,000,000 items every 2 critic updates" in capsys.readouterr().out
+
+
+def plain(cfg) -> dict:
+    """A config as the composed mapping writes it (lists, not tuples)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_composed_defaults_are_the_dataclass_defaults(name):
+    raw = composed([f"algo={name}"])
+    raw["run_dir"] = Config().run_dir  # Hydra's run directory, the one composed value that is no default
+    expected = Config(algo=ALGORITHMS[name].config())
+    assert raw == plain(expected)
+    assert load_config(raw) == expected
+
+
+def test_the_default_algorithm_is_the_dataclass_default():
+    raw = composed([])
+    assert raw["algo"] == plain(Config().algo) and raw["task"] == plain(TaskConfig())
+
+
+@pytest.mark.parametrize("task", ["Ant", "HalfCheetah", "Hopper", "Humanoid", "InvertedPendulum", "isaacgym"])
+def test_task_files_restate_no_default(task):
+    own = OmegaConf.to_container(OmegaConf.load(os.path.join(CFG_DIR, "task", f"{task}.yaml")))
+    defaults = dataclasses.asdict(TaskConfig())
+    # cpu_num_envs is each task's own choice, stated in its file even where it equals the default.
+    assert {k: v for k, v in own.items() if v == defaults[k] and k not in ("name", "cpu_num_envs")} == {}
+
+
+def test_config_yaml_restates_no_default():
+    own = OmegaConf.to_container(OmegaConf.load(os.path.join(CFG_DIR, "config.yaml")))
+    assert sorted(own) == ["defaults", "hydra", "run_dir"]
+    assert not os.path.exists(os.path.join(CFG_DIR, "algo"))  # the algo options come from the ConfigStore
+
+
+def test_pql_d_support_is_101_atoms_on_minus_100_to_1000():
+    algo = load_config(composed(["algo=pql_d"])).algo
+    assert isinstance(algo, PQLDConfig) and (algo.num_atoms, algo.v_min, algo.v_max) == (101, -100.0, 1000.0)
+    assert algo.exploration == "mixed"  # and every key of pql
+
+
+def test_each_algorithm_has_its_own_keys_only():
+    assert "exploration" not in composed(["algo=sac"])["algo"]
+    assert "num_atoms" not in composed(["algo=pql"])["algo"]
+    assert isinstance(load_config(composed(["algo=sac"])).algo, SACConfig)
+    with pytest.raises(ConfigError, match=r"algo.exploration='ape_x' is not allowed; expected one of the keys"):
+        load_config({"algo": {"name": "sac", "exploration": "ape_x"}})
+
+
+@pytest.mark.parametrize("name, cls", [("pql", PQLConfig), ("pql_d", PQLDConfig), ("sac", SACConfig),
+                                       ("ppo", PPOConfig), ("impala", ImpalaConfig)])
+def test_load_config_picks_the_class_by_name(name, cls):
+    algo = load_config({"algo": {"name": name}}).algo
+    assert type(algo) is cls and algo == cls() and algo.name == name
+
+
+def test_off_policy_algorithms_share_the_off_policy_keys():
+    assert all(issubclass(ALGORITHMS[n].config, OffPolicyConfig) for n in ("pql", "pql_d", "sac"))
+    assert not any(issubclass(ALGORITHMS[n].config, OffPolicyConfig) for n in ("ppo", "impala"))
+
+
+@pytest.mark.parametrize("name", ["ppo", "impala"])
+def test_on_policy_nets_keep_their_own_defaults_under_a_partial_override(name):
+    net = load_config({"algo": {"name": name, "net": {"actor_hidden": [32]}}}).algo.net
+    assert (net.actor_hidden, net.critic_hidden, net.critic_layer_norm) == ((32,), (256, 128, 64), False)
+
+
+def test_unknown_algorithm_names_the_registered_ones():
+    with pytest.raises(ConfigError, match=r"algo.name='foo' is not allowed; expected one of pql, pql_d, sac, ppo, impala"):
+        load_config({"algo": {"name": "foo"}})
+
+
+def test_bad_pql_d_support():
+    with pytest.raises(ConfigError, match=r"algo.v_max=-200.0 is not allowed; expected a number > algo.v_min"):
+        load_config(composed(["algo=pql_d", "algo.v_max=-200"]))
+
+
+def test_old_sync_keys_are_unknown():
+    with pytest.raises(ConfigError, match=r"runtime.policy_sync_every='2' is not allowed; expected an existing key"):
+        check_overrides(["runtime.policy_sync_every=2"], CFG_DIR)
+    with pytest.raises(ConfigError, match=r"runtime.policy_sync_every=2 is not allowed; expected one of the keys"):
+        load_config({"runtime": {"policy_sync_every": 2}})
+
+
+def test_publish_and_pull_periods():
+    runtime = load_config(composed(["runtime.policy_publish_every=2", "runtime.critic_publish_every=3",
+                                    "runtime.actor_pull_every=4", "runtime.v_learner_pull_every=5"])).runtime
+    assert (runtime.policy_publish_every, runtime.critic_publish_every, runtime.actor_pull_every,
+            runtime.v_learner_pull_every) == (2, 3, 4, 5)
+    defaults = load_config(composed([])).runtime
+    assert (defaults.policy_publish_every, defaults.critic_publish_every, defaults.actor_pull_every,
+            defaults.v_learner_pull_every) == (1, 1, 1, 1)
+
+
+def test_warmup_steps_may_be_zero():
+    assert load_config(composed(["algo.warmup_steps=0"])).algo.warmup_steps == 0
+
+
+def test_a_sweep_over_algorithms_composes_each():
+    check_overrides(["-m", "algo=pql,sac", "algo.gamma=0.9", "runtime.seed=1,2"], CFG_DIR)
+    for name in ("pql", "sac"):
+        assert load_config(composed([f"algo={name}", "algo.gamma=0.9"])).algo.name == name
+    with pytest.raises(ConfigError, match=r"algo.exploration='ape_x' is not allowed; expected an existing key with algo=sac"):
+        check_overrides(["-m", "algo=pql,sac", "algo.exploration=ape_x"], CFG_DIR)
+
+
+def test_unknown_group_option_lists_the_config_store_options():
+    with pytest.raises(ConfigError, match=r"^config error: algo='foo' is not allowed; expected one of impala, ppo, pql, "
+                                          r"pql_d, sac$"):
+        check_overrides(["algo=foo"], CFG_DIR)
+    with pytest.raises(ConfigError, match=r"task='Walker'.*isaacgym/<Task>"):
+        check_overrides(["task=Walker"], CFG_DIR)
+
+
+def test_rules_are_registered_by_module_and_attribute():
+    for name, algorithm in ALGORITHMS.items():
+        assert algorithm.load_rules().__name__ == algorithm.rules.split(":")[1]

@@ -7,17 +7,15 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from pql.algos import make_off_policy
 from pql.checkpoint import load_checkpoint, save_checkpoint
 from pql.config import ConfigError, apply_device_defaults
-from pql.nets import ObsNormalizer
 from pql.runtime import device as device_module
 from pql.runtime import train
-from pql.runtime.control import NUM_COUNTERS, C, RatioController, StallError
-from pql.runtime.learners import compile_update
-from pql.runtime.precision import InferenceCopy, _bf16_copy
-from pql.runtime.roles import build_role, make_controller
-from pql.runtime.shared import make_shared_state
+from pql.runtime.control import RatioController, RatioCounters
+from pql.runtime.off_policy.learners import compile_update
+from pql.runtime.off_policy.precision import InferenceCopy, _bf16_copy
+from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
+from pql.runtime.waiting import StallError, Waiter
 
 from test_runtime import SMALL
 
@@ -78,7 +76,7 @@ def test_a_run_synchronises_rarely(make_config, tmp_path):
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600", "runtime.device=cpu"]))
     syncs = device_module.sync_count() - before
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
-    updates = int(ckpt["counters"][C.CRITIC_UPDATES])
+    updates = ckpt["counters"]["critic_updates"]
     assert updates > 500
     assert syncs / updates < 0.1, (syncs, updates)
 
@@ -86,18 +84,19 @@ def test_a_run_synchronises_rarely(make_config, tmp_path):
 def test_the_stall_limit_waits_for_startup(tmp_path):
     """Until every role has counted once, a waiting role allows runtime.startup_timeout_s (Warp
     compiles its kernels cold); afterwards runtime.stall_timeout_s."""
-    counters = torch.zeros(NUM_COUNTERS, dtype=torch.int64)
-    ctrl = RatioController(counters, mp.get_context("spawn").Condition(), 8, 2, 4, stall_timeout_s=0.2,
-                           startup_timeout_s=2.0)
+    counters = RatioCounters()
+    ratios = RatioController(counters, 8, 2, 4)
+    waiter = Waiter(counters, mp.get_context("spawn").Condition(), stall_timeout_s=0.2, startup_timeout_s=2.0,
+                    started=ratios.started)
 
     def time_to_stall() -> float:
         start = time.monotonic()
-        with pytest.raises(StallError):
-            ctrl.wait(lambda: False, lambda: None, "a test")
+        with pytest.raises(StallError, match="no progress"):
+            waiter.wait(lambda: False, lambda: None, "a test")
         return time.monotonic() - start
 
     assert time_to_stall() >= 2.0
-    counters[C.ACTOR_STEPS] = counters[C.CRITIC_UPDATES] = counters[C.POLICY_UPDATES] = 1
+    counters.actor_steps = counters.critic_updates = counters.policy_updates = 1
     assert time_to_stall() < 1.5
 
 
@@ -114,7 +113,7 @@ def test_compiled_updates_match_eager_ones(make_config):
     ones (target smoothing off: the two draw their noise from different generators)."""
     cfg = make_config(SMALL + ["runtime.device=cpu", "algo.target_noise=0"])
     apply_device_defaults(cfg)
-    algo = make_off_policy(cfg.algo, 4, 1)
+    algo = make_rules(cfg, 4, 1)
     torch.manual_seed(0)
     critic, target, policy = algo.make_critic(), algo.make_critic(), algo.make_policy()
     batch, weights = _critic_batch(), torch.ones(64)
@@ -151,13 +150,13 @@ def test_a_compiled_run_trains_and_resumes(make_config, tmp_path):
                          run_dir=tmp_path / "second")
     train(second)
     saved, resumed = (load_checkpoint(tmp_path / run / "checkpoint.pt") for run in ("first", "second"))
-    assert resumed["counters"][C.CRITIC_UPDATES] > saved["counters"][C.CRITIC_UPDATES]
-    assert any(not torch.equal(v, resumed["p_learner"]["policy"][k]) for k, v in saved["p_learner"]["policy"].items())
+    assert resumed["counters"]["critic_updates"] > saved["counters"]["critic_updates"]
+    assert any(not torch.equal(v, resumed["policy"][k]) for k, v in saved["policy"].items())
 
 
 def test_bf16_actor_copy_is_made_once_and_refreshed_in_place(make_config):
     cfg = make_config(SMALL)
-    policy = make_off_policy(cfg.algo, 4, 1).make_policy()
+    policy = make_rules(cfg, 4, 1).make_policy()
     acting = InferenceCopy(policy, "bf16")
     module = acting.module
     with torch.no_grad():
@@ -175,13 +174,12 @@ def test_role_state_loads_from_a_cpu_checkpoint(make_config, tmp_path):
     Generator.set_state as CPU byte tensors, and each role moves the rest onto its device."""
     cfg = make_config(SMALL + ["runtime.mode=sequential"])
     device = apply_device_defaults(cfg)
-    algo = make_off_policy(cfg.algo, 4, 1)
+    algo = make_rules(cfg, 4, 1)
 
     def roles():
-        shared = make_shared_state(cfg.task.num_envs, 4, 1, device, 6, algo.make_policy(), algo.make_critic(),
-                                   ObsNormalizer(4))
-        ctrl = make_controller(cfg, shared)
-        return {name: build_role(name, cfg, shared, algo, device, ctrl, 4, 1, fresh_start=True)
+        shared = make_shared(cfg, algo, 4, 1, device)
+        ratios = make_ratios(cfg, shared)
+        return {name: build_role(name, cfg, shared, algo, device, ratios, 4, 1, fresh_start=True)
                 for name in ("actor", "v_learner", "p_learner")}
 
     first = roles()

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from pql.algos.exploration import ape_x_noise_stds, mixed_noise_stds, noise_stds
-from pql.config import OffPolicyConfig
+from pql.config import PQLConfig
 
 
 @pytest.mark.parametrize("num_envs", [2, 7, 4096])
@@ -21,7 +21,7 @@ def test_ape_x_matches_formula(num_envs, epsilon, alpha):
 
 
 def test_ape_x_defaults_span_the_agent57_range():
-    cfg = OffPolicyConfig(exploration="ape_x")
+    cfg = PQLConfig(exploration="ape_x")
     stds = noise_stds(cfg, 256, "cpu")
     assert stds[0, 0].item() == pytest.approx(0.4)
     assert stds[-1, 0].item() == pytest.approx(0.4 ** 9, rel=1e-5)
@@ -38,7 +38,7 @@ def test_mixed_spreads_evenly(num_envs):
 
 
 def test_config_picks_the_schedule():
-    cfg = OffPolicyConfig(noise_std_min=0.1, noise_std_max=0.3)
+    cfg = PQLConfig(noise_std_min=0.1, noise_std_max=0.3)
     assert torch.allclose(noise_stds(cfg, 9, "cpu"), mixed_noise_stds(9, 0.1, 0.3, "cpu"))
 
 

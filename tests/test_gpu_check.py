@@ -203,25 +203,21 @@ def test_nothing_runs_without_budget(tmp_path):
 FAKE_TRAIN = """
 import os, sys
 sys.path.insert(0, os.getcwd())
-import torch
 from pql.checkpoint import load_checkpoint, save_checkpoint
-from pql.runtime.control import C, NUM_COUNTERS
 
 overrides = dict(a.split("=", 1) for a in sys.argv[1:])
 run_dir = overrides["hydra.run.dir"]
 os.makedirs(run_dir)
 with open(os.path.join(run_dir, "argv.txt"), "w") as f:
     f.write(" ".join(sys.argv[1:]))
-counters = torch.zeros(NUM_COUNTERS, dtype=torch.int64)
 start = 0
 if "checkpoint" in overrides:
-    start = int(load_checkpoint(overrides["checkpoint"])["counters"][C.ENV_STEPS])
+    start = load_checkpoint(overrides["checkpoint"])["counters"]["env_steps"]
     print(f"pql: resuming from {overrides['checkpoint']} at {start:,} env steps")
 with open(os.path.join(run_dir, "metrics.csv"), "w") as f:
     f.write("env_steps,wall_time_s,eval/return\\n")
     f.write(f"{start + 500},1.0,100.0\\n{start + 1000},2.0,300.0\\n")
-counters[C.ENV_STEPS] = start + 1000
-save_checkpoint(os.path.join(run_dir, "checkpoint.pt"), {"counters": counters})
+save_checkpoint(os.path.join(run_dir, "checkpoint.pt"), {"counters": {"env_steps": start + 1000}})
 """
 
 

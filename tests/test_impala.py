@@ -64,7 +64,7 @@ def test_zero_lag_targets_are_n_step_bellman_targets(rho_bar, c_bar):
     log_prob, _, values, final_values = impala.forward(traj)
     vs, pg_advantages = impala.targets(traj, log_prob.detach(), values.detach(), final_values)
     with torch.no_grad():
-        want = bellman_targets(traj, lambda o: impala.baseline(o[None])[0], 0.97)
+        want = bellman_targets(traj, lambda o: impala.critic(o[None])[0], 0.97)
     torch.testing.assert_close(vs.double(), want, rtol=1e-5, atol=1e-5)
     # With ratios of one, the advantage is r_s + γ_s v_{s+1} − V(x_s), the one-step TD error on v.
     assert pg_advantages.shape == (T, N) and torch.isfinite(pg_advantages).all()
@@ -86,9 +86,9 @@ def test_update_moves_both_networks_and_reports_scalars():
     torch.manual_seed(0)
     impala = make_impala()
     traj = trajectory(impala, seed=5)
-    before = [p.clone() for p in [*impala.policy.parameters(), *impala.baseline.parameters()]]
+    before = [p.clone() for p in [*impala.policy.parameters(), *impala.critic.parameters()]]
     info = impala.update(traj)
-    after = [*impala.policy.parameters(), *impala.baseline.parameters()]
+    after = [*impala.policy.parameters(), *impala.critic.parameters()]
     assert all(not torch.equal(b, a) for b, a in zip(before, after))
     assert set(info) >= {"loss/policy", "loss/baseline", "policy/entropy", "policy/rho"}
     assert float(info["policy/rho"]) == pytest.approx(1.0, abs=1e-5)  # zero lag: π/μ = 1

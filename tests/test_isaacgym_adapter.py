@@ -21,7 +21,7 @@ import tasks
 import tasks.isaacgym
 from pql.cli import expand_isaacgym_task
 from pql.config import ConfigError
-from pql.runtime.actor import NStepWindow
+from pql.replay.nstep import NStepWindow
 from tasks import TaskError
 from tasks.isaacgym import IsaacGymEnv
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pql.algos.pql_d import PQLD, categorical_projection
-from pql.config import OffPolicyConfig
+from pql.config import PQLDConfig
 from pql.nets import DeterministicActor
 
 
@@ -77,7 +77,7 @@ def test_projection_keeps_the_mean_inside_the_support():
 
 
 def make_algo(**overrides):
-    cfg = OffPolicyConfig(name="pql_d", num_atoms=21, v_min=-5.0, v_max=5.0, **overrides)
+    cfg = PQLDConfig(num_atoms=21, v_min=-5.0, v_max=5.0, **overrides)
     cfg.net.actor_hidden = cfg.net.critic_hidden = (16,)
     return PQLD(cfg, obs_dim=4, act_dim=2)
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from pql.checkpoint import load_checkpoint
-from pql.runtime.control import C
+from pql.config import ConfigError
 from pql.runtime import train
+from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["task=InvertedPendulum", "task.num_envs=8", "algo.batch_size=64", "algo.net.actor_hidden=[32,32]",
@@ -20,11 +21,10 @@ SMALL = ["task=InvertedPendulum", "task.num_envs=8", "algo.batch_size=64", "algo
          "task.eval_envs=2", "algo.warmup_steps=4"]
 
 
-def measured_ratios(counters: torch.Tensor) -> tuple[float, float]:
-    actor_steps = int(counters[C.ACTOR_STEPS] - counters[C.A0] - counters[C.WARMUP])
-    critic = int(counters[C.CRITIC_UPDATES] - counters[C.V0])
-    policy = int(counters[C.POLICY_UPDATES] - counters[C.P0])
-    return critic / actor_steps, critic / policy
+def measured_ratios(counters: dict, warmup_steps: int = 4) -> tuple[float, float]:
+    """(β_a:v, β_p:v) of a run that started from scratch (SMALL's warm-up is not counted)."""
+    critic = counters["critic_updates"]
+    return critic / (counters["actor_steps"] - warmup_steps), critic / counters["policy_updates"]
 
 
 @pytest.mark.slow
@@ -46,11 +46,19 @@ def test_sequential_mode_is_deterministic(make_config, tmp_path):
                                    "task.backend=mujoco"], run_dir=tmp_path / run)
         train(cfg)
         finals.append(load_checkpoint(tmp_path / run / "checkpoint.pt"))
-    for k, v in finals[0]["p_learner"]["policy"].items():
-        assert torch.equal(v, finals[1]["p_learner"]["policy"][k]), k
-    assert torch.equal(finals[0]["counters"], finals[1]["counters"])
+    for k, v in finals[0]["policy"].items():
+        assert torch.equal(v, finals[1]["policy"][k]), k
+    assert finals[0]["counters"] == finals[1]["counters"]
     beta_av, beta_pv = measured_ratios(finals[0]["counters"])
     assert beta_av == pytest.approx(8, rel=0.05) and beta_pv == pytest.approx(2, rel=0.05)
+
+
+def tensors(state, prefix=""):
+    """{path: tensor} of every tensor in a nested state (a checkpoint or a part of one)."""
+    if isinstance(state, torch.Tensor):
+        return {prefix: state}
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    return {path: t for k, v in items for path, t in tensors(v, f"{prefix}/{k}").items()}
 
 
 @pytest.mark.parametrize("mode", ["sequential", "process"])
@@ -58,28 +66,87 @@ def test_resume_continues_counters_and_training(make_config, tmp_path, mode):
     first = make_config(SMALL + [f"runtime.mode={mode}", "runtime.max_env_steps=600"], run_dir=tmp_path / "first")
     train(first)
     saved = load_checkpoint(tmp_path / "first" / "checkpoint.pt")
-    assert int(saved["counters"][C.ENV_STEPS]) >= 600
+    assert saved["counters"]["env_steps"] >= 600
     second = make_config(SMALL + [f"runtime.mode={mode}", "runtime.max_env_steps=1200",
                                   f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"], run_dir=tmp_path / "second")
     train(second)
     resumed = load_checkpoint(tmp_path / "second" / "checkpoint.pt")
-    for slot in (C.ENV_STEPS, C.ACTOR_STEPS, C.CRITIC_UPDATES, C.POLICY_UPDATES):
-        assert resumed["counters"][slot] > saved["counters"][slot], slot.name
-    assert int(resumed["counters"][C.ENV_STEPS]) >= 1200
-    changed = any(not torch.equal(v, resumed["p_learner"]["policy"][k]) for k, v in saved["p_learner"]["policy"].items())
+    for name in ("env_steps", "actor_steps", "critic_updates", "policy_updates", "episodes"):
+        assert resumed["counters"][name] > saved["counters"][name], name
+    assert resumed["counters"]["env_steps"] >= 1200
+    changed = any(not torch.equal(v, resumed["policy"][k]) for k, v in saved["policy"].items())
     assert changed, "the resumed run did not train the policy"
     assert not [f for f in os.listdir(tmp_path / "second") if f.endswith(".tmp")]
 
 
-def test_actor_priorities_reach_the_replay(make_config, tmp_path):
+RESUMABLE = [("pql", "sequential"), ("pql", "process"), ("sac", "sequential"), ("ppo", "sequential"),
+             ("impala", "sequential"), ("impala", "process")]
+
+
+@pytest.mark.parametrize("algo,mode", RESUMABLE)
+def test_resume_restores_every_saved_tensor_and_counter(make_config, tmp_path, algo, mode):
+    """A resume with no env steps left to make writes back exactly what it loaded: weights, target
+    networks, optimiser states, normaliser, generators and counters. (A resume that loaded nothing,
+    or only part, writes freshly initialised tensors instead.)"""
+    small = SMALL if algo not in ("ppo", "impala") else [o for o in SMALL if "batch_size" not in o and "warmup" not in o]
+    first = make_config(small + [f"algo={algo}", f"runtime.mode={mode}", "runtime.max_env_steps=600"],
+                        run_dir=tmp_path / "first")
+    train(first)
+    saved = load_checkpoint(tmp_path / "first" / "checkpoint.pt")
+    again = make_config(small + [f"algo={algo}", f"runtime.mode={mode}",
+                                 f"runtime.max_env_steps={saved['counters']['env_steps']}",
+                                 f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"], run_dir=tmp_path / "again")
+    train(again)
+    rewritten = load_checkpoint(tmp_path / "again" / "checkpoint.pt")
+    assert rewritten["counters"] == saved["counters"]
+    before, after = tensors({k: saved[k] for k in ("policy", "normalizer", "roles")}), \
+        tensors({k: rewritten[k] for k in ("policy", "normalizer", "roles")})
+    assert before.keys() == after.keys() and len(before) > 10
+    assert [k for k in before if not torch.equal(before[k], after[k])] == []
+
+
+@pytest.mark.parametrize("key,value", [("algo", "sac"), ("task", "Hopper")])
+def test_resume_with_another_algo_or_task_is_a_config_error(make_config, tmp_path, key, value):
+    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=100"], run_dir=tmp_path / "run"))
+    ckpt = tmp_path / "run" / "checkpoint.pt"
+    with pytest.raises(ConfigError, match=f"{key}='{value}' is not allowed; expected .*written by algo=pql task=InvertedPendulum"):
+        train(make_config(SMALL + [f"{key}={value}", f"checkpoint={ckpt}"], run_dir=tmp_path / "resumed"))
+    cmd = [sys.executable, "train.py", *SMALL, f"{key}={value}", f"checkpoint={ckpt}", f"hydra.run.dir={tmp_path / 'cli'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_warmup_can_be_zero(make_config, tmp_path):
+    """algo.warmup_steps=0: the actor acts with its policy from the first step, and the ratios
+    count every actor step."""
+    cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=400", "algo.warmup_steps=0"])
+    assert cfg.algo.warmup_steps == 0
+    train(cfg)
+    counters = load_checkpoint(tmp_path / "checkpoint.pt")["counters"]
+    beta_av, _ = measured_ratios(counters, warmup_steps=0)
+    assert beta_av == pytest.approx(8, rel=0.1)
+
+
+def test_actor_priorities_reach_the_replay(make_config):
     """replay.actor_priorities: new items enter at the priorities the actor computed, so the
     tree's leaves differ from one another (at the max priority they would start out equal)."""
-    cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=400", "replay.kind=prioritized",
-                               "replay.actor_priorities=true", "replay.capacity=4096"])
-    train(cfg)
-    leaves = load_checkpoint(tmp_path / "checkpoint.pt")["v_learner"]["sampler"]["tree"]["priorities"]
+    cfg = make_config(SMALL + ["runtime.mode=sequential", "replay.kind=prioritized", "replay.actor_priorities=true",
+                               "replay.capacity=4096", "algo.nstep=1"])
+    from pql.config import apply_device_defaults
+
+    device = apply_device_defaults(cfg)
+    algo = make_rules(cfg, 4, 1)
+    shared = make_shared(cfg, algo, 4, 1, device)
+    roles = {name: build_role(name, cfg, shared, algo, device, make_ratios(cfg, shared), 4, 1, fresh_start=True)
+             for name in ("actor", "v_learner")}
+    for _ in range(shared.ring_slots):
+        roles["actor"].step()
+    roles["v_learner"].ingest()
+    leaves = roles["v_learner"].replay.sampler.tree.leaves
     filled = leaves[leaves > 0]
-    assert filled.numel() > 200 and filled.unique().numel() > filled.numel() // 2
+    assert filled.numel() == shared.ring_slots * cfg.task.num_envs
+    assert filled.unique().numel() > filled.numel() // 2
 
 
 def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
@@ -159,7 +226,7 @@ def test_ctrl_c_writes_a_checkpoint_and_stops_every_role(tmp_path, mode):
     assert proc.returncode == 130, err
     assert "pql: interrupted" in err and "Traceback" not in err, err
     saved = load_checkpoint(tmp_path / "checkpoint.pt")
-    assert int(saved["counters"][C.ENV_STEPS]) > 0
+    assert saved["counters"]["env_steps"] > 0
     assert not [n for n, p in pids.items() if alive(p)]
 
 

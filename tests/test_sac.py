@@ -7,15 +7,15 @@ import pytest
 import torch
 
 from pql.algos.sac import SAC
-from pql.config import OffPolicyConfig
-from pql.runtime.precision import InferenceCopy
+from pql.config import SACConfig
+from pql.runtime.off_policy.precision import InferenceCopy
 from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
 OBS_DIM, ACT_DIM = 5, 3
 
 
 def make_algo(**overrides):
-    cfg = OffPolicyConfig(name="sac", **overrides)
+    cfg = SACConfig(**overrides)
     cfg.net.actor_hidden = cfg.net.critic_hidden = (16,)
     return SAC(cfg, obs_dim=OBS_DIM, act_dim=ACT_DIM)
 

@@ -7,9 +7,9 @@ import torch
 
 from pql.algos.common import soft_update
 from pql.algos.pql import PQL
-from pql.config import OffPolicyConfig
+from pql.config import PQLConfig
 from pql.nets import DeterministicActor, DoubleQ
-from pql.runtime.actor import NStepWindow
+from pql.replay.nstep import NStepWindow
 
 
 def reference_fold(rewards, terms, truncs, boots, t, i, n, gamma):
@@ -76,7 +76,7 @@ def test_nstep_window_sequence_priority_covers_the_folded_steps():
 
 def test_double_q_target_with_smoothing_matches_reference():
     torch.manual_seed(1)
-    cfg = OffPolicyConfig(target_noise=0.3, target_noise_clip=0.4)
+    cfg = PQLConfig(target_noise=0.3, target_noise_clip=0.4)
     algo = PQL(cfg, obs_dim=5, act_dim=3)
     policy, critic = DeterministicActor(5, 3, (16,)), DoubleQ(5, 3, (16,))
     batch = {"next_obs": torch.randn(32, 5), "reward": torch.randn(32), "discount": torch.rand(32)}

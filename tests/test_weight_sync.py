@@ -7,14 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from pql.algos import make_off_policy
 from pql.config import apply_device_defaults
-from pql.nets import ObsNormalizer
 from pql.runtime import device as device_module
 from pql.runtime import weight_sync
-from pql.runtime.control import C
-from pql.runtime.roles import build_role, make_controller
-from pql.runtime.shared import make_shared_state
+from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
 from test_runtime import SMALL
@@ -130,31 +126,31 @@ def test_ring_slots_are_handed_over_only_once_their_copies_have_landed(make_conf
     overwrites a slot that a learner is still reading."""
     cfg = make_config(SMALL + ["runtime.mode=sequential", "algo.nstep=1"])
     device = apply_device_defaults(cfg)
-    algo = make_off_policy(cfg.algo, 4, 1)
-    shared = make_shared_state(cfg.task.num_envs, 4, 1, device, 2, algo.make_policy(), algo.make_critic(),
-                               ObsNormalizer(4))
-    c = shared.counters
-    c[C.WARMUP] = 100
-    ctrl = make_controller(cfg, shared)
-    roles = {name: build_role(name, cfg, shared, algo, device, ctrl, 4, 1, fresh_start=True)
+    algo = make_rules(cfg, 4, 1)
+    shared = make_shared(cfg, algo, 4, 1, device)
+    c, slots = shared.counters, shared.ring_slots
+    c.warmup_steps = 100
+    ratios = make_ratios(cfg, shared)
+    roles = {name: build_role(name, cfg, shared, algo, device, ratios, 4, 1, fresh_start=True)
              for name in ("actor", "v_learner", "p_learner")}
     actor, v_learner = roles["actor"], roles["v_learner"]
     manual_fences.land_all()  # the learners' first publications
 
     actor.step()
-    assert int(c[C.ACTOR_STEPS]) == 0 and len(actor.ring_writes) == 1
-    actor.step()
-    assert not actor.ready()  # two slots, both written or being written: none is free
+    assert c.actor_steps == 0 and len(actor.ring_writes) == 1
+    for _ in range(slots - 1):
+        actor.step()
+    assert not actor.ready()  # every slot written or being written: none is free
     manual_fences.land_all()
     actor.idle()
-    assert int(c[C.ACTOR_STEPS]) == 2
+    assert c.actor_steps == slots
 
     v_learner.ingest()
-    assert len(v_learner.replay) == 2 * cfg.task.num_envs and int(c[C.CONSUMED_V]) == 0
+    assert len(v_learner.replay) == slots * cfg.task.num_envs and c.consumed_v == 0
     roles["p_learner"].ingest()
     assert not actor.ready()  # the copies out of the ring have not landed
     manual_fences.land_all()
     v_learner.ingest()
     roles["p_learner"].ingest()
-    assert int(c[C.CONSUMED_V]) == 2 and int(c[C.CONSUMED_P]) == 2
+    assert c.consumed_v == slots and c.consumed_p == slots
     assert actor.ready()

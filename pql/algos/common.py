@@ -5,6 +5,20 @@ import torch
 from torch import nn
 
 
+class Checkpointable:
+    """state_dict/load_state_dict over the attributes named in `state_attrs` (modules and
+    optimisers): what a checkpoint keeps of an object that owns several of them."""
+
+    state_attrs: tuple = ()
+
+    def state_dict(self) -> dict:
+        return {name: getattr(self, name).state_dict() for name in self.state_attrs}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self.state_attrs:
+            getattr(self, name).load_state_dict(state[name])
+
+
 def adam(params, lr: float | None = None) -> torch.optim.Adam:
     """Adam over `params` (tensors or param groups); fused into one kernel per step when they
     are on CUDA (the default there launches several per parameter tensor)."""

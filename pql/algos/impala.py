@@ -10,29 +10,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pql.algos.common import adam
-from pql.algos.ppo import log_prob_and_entropy, make_gaussian_policy
+from pql.algos.ppo import GaussianActorCritic, log_prob_and_entropy
 from pql.kernels.vtrace import vtrace
-from pql.nets import ValueNet
 
 
-class Impala:
-    """The policy π, the baseline V, their optimiser and the learner update (cfg: ImpalaConfig)."""
-
-    def __init__(self, cfg, obs_dim: int, act_dim: int, device):
-        self.cfg = cfg
-        self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
-        self.baseline = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm).to(device)
-        self.optim = adam([*self.policy.parameters(), *self.baseline.parameters()], cfg.lr)
+class Impala(GaussianActorCritic):
+    """The learner update; V (`critic`) is IMPALA's baseline (cfg: ImpalaConfig)."""
 
     def forward(self, traj: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """π and V on a trajectory (see `update`). -> (log π(a_s|x_s), H(π(·|x_s)), V(x_s), each [T, N]
         with gradients, and V(final_obs_s) [T, N] without)."""
         T, N = traj["reward"].shape
         log_prob, entropy = log_prob_and_entropy(self.policy, traj["obs"].flatten(0, 1), traj["action"].flatten(0, 1))
-        values = self.baseline(traj["obs"].flatten(0, 1))
+        values = self.critic(traj["obs"].flatten(0, 1))
         with torch.no_grad():
-            final_values = self.baseline(traj["final_obs"].flatten(0, 1))
+            final_values = self.critic(traj["final_obs"].flatten(0, 1))
         return log_prob.view(T, N), entropy.view(T, N), values.view(T, N), final_values.view(T, N)
 
     @torch.no_grad()
@@ -66,16 +58,8 @@ class Impala:
         loss = policy_loss + cfg.baseline_coef * baseline_loss - cfg.entropy_coef * entropy.mean()
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_([*self.policy.parameters(), *self.baseline.parameters()], cfg.max_grad_norm)
+        nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
         self.optim.step()
         return {"loss/policy": policy_loss.detach(), "loss/baseline": baseline_loss.detach(),
                 "policy/entropy": entropy.detach().mean(), "policy/std": self.policy.log_std.detach().exp().mean(),
                 "policy/rho": (log_prob.detach() - traj["log_prob"]).exp().mean()}
-
-    def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "baseline": self.baseline.state_dict(), "optim": self.optim.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.baseline.load_state_dict(state["baseline"])
-        self.optim.load_state_dict(state["optim"])

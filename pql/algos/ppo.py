@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pql.algos.common import adam
+from pql.algos.common import Checkpointable, adam
 from pql.nets import GaussianActor, ValueNet
 
 
@@ -63,8 +63,11 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     return torch.max((values - returns).pow(2), (clipped - returns).pow(2)).mean()
 
 
-class PPO:
-    """The policy π, the value function V, their optimiser and the update (cfg: PPOConfig)."""
+class GaussianActorCritic(Checkpointable):
+    """A Gaussian policy π, a value function V and one Adam over both: what PPO and IMPALA
+    learn (cfg: PPOConfig or ImpalaConfig)."""
+
+    state_attrs = ("policy", "critic", "optim")
 
     def __init__(self, cfg, obs_dim: int, act_dim: int, device):
         self.cfg = cfg
@@ -72,6 +75,10 @@ class PPO:
         self.critic = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm).to(device)
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
         self.optim = adam(self.params, cfg.lr)
+
+
+class PPO(GaussianActorCritic):
+    """PPO's update on rollouts (cfg: PPOConfig)."""
 
     @torch.no_grad()
     def advantages(self, rollout: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -115,11 +122,3 @@ class PPO:
         return {"loss/policy": stats[0], "loss/value": stats[1], "policy/entropy": stats[2],
                 "policy/approx_kl": stats[3], "policy/clip_fraction": stats[4],
                 "policy/std": self.policy.log_std.detach().exp().mean()}
-
-    def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(), "optim": self.optim.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.critic.load_state_dict(state["critic"])
-        self.optim.load_state_dict(state["optim"])

@@ -6,11 +6,17 @@ import torch
 from torch import nn
 
 from pql.algos.common import smoothed_target_action
+from pql.algos.exploration import noise_stds
 from pql.nets import DeterministicActor, DoubleQ
 
 
 class PQL:
-    """Update rules for the three roles. Observations given to these methods are normalised."""
+    """Update rules for the three roles. Observations given to these methods are normalised.
+
+    The contract every off-policy algorithm keeps: make_policy, make_critic, exploration_noise,
+    explore (actor); critic_loss, critic_optim_params (V-learner); policy_loss,
+    policy_optim_params (P-learner); td_error (Ape-X priorities in the actor).
+    """
 
     def __init__(self, cfg, obs_dim: int, act_dim: int):
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
@@ -20,6 +26,10 @@ class PQL:
 
     def make_critic(self) -> nn.Module:
         return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, layer_norm=self.cfg.net.critic_layer_norm)
+
+    def exploration_noise(self, num_envs: int, device) -> torch.Tensor:
+        """Each env's noise std (algo.exploration: mixed or ape_x). -> [N, 1]."""
+        return noise_stds(self.cfg, num_envs, device)
 
     @torch.no_grad()
     def explore(self, policy: nn.Module, obs: torch.Tensor, noise_std: torch.Tensor) -> torch.Tensor:
@@ -43,6 +53,15 @@ class PQL:
         loss = (weights * ((q1 - target).pow(2) + (q2 - target).pow(2))).mean()
         td_abs = (torch.min(q1, q2) - target).detach().abs()
         return loss, td_abs, {"critic/loss": loss.detach(), "critic/q": q1.detach().mean()}
+
+    @torch.no_grad()
+    def td_error(self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module, batch: dict) -> torch.Tensor:
+        """|min_j Q_j(s, a) − y| [B], the TD error critic_loss reports, without a loss."""
+        q1, q2 = critic(batch["obs"], batch["action"])
+        return (torch.min(q1, q2).squeeze(-1) - self.td_target(batch, target_critic, policy)).abs()
+
+    def critic_optim_params(self, critic: nn.Module):
+        return [{"params": critic.parameters(), "lr": self.cfg.critic_lr}]
 
     def policy_loss(self, policy: nn.Module, critic: nn.Module, obs: torch.Tensor):
         """Maximise min(Q1, Q2)(s, π(s)). -> (loss, scalars to log)."""

@@ -72,9 +72,18 @@ class PQLD(PQL):
         cross_entropy = -(target * (logits1.log_softmax(-1) + logits2.log_softmax(-1))).sum(-1)
         loss = (weights * cross_entropy).mean()
         with torch.no_grad():
-            q1, q2 = self.expected_q(logits1), self.expected_q(logits2)
-            td_abs = (torch.min(q1, q2) - target @ self.support(target.device)).abs()
-        return loss, td_abs, {"critic/loss": loss.detach(), "critic/q": q1.mean()}
+            td_abs = self._mean_td_error(logits1, logits2, target)
+        return loss, td_abs, {"critic/loss": loss.detach(), "critic/q": self.expected_q(logits1).detach().mean()}
+
+    @torch.no_grad()
+    def td_error(self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module, batch: dict) -> torch.Tensor:
+        """|min_j E[Z_j(s, a)] − E[ΦT̂Z']| [B], the TD error critic_loss reports, without a loss."""
+        logits1, logits2 = critic(batch["obs"], batch["action"])
+        return self._mean_td_error(logits1, logits2, self.td_target(batch, target_critic, policy))
+
+    def _mean_td_error(self, logits1: torch.Tensor, logits2: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        q = torch.min(self.expected_q(logits1), self.expected_q(logits2))
+        return (q - target @ self.support(target.device)).abs()
 
     def policy_loss(self, policy: nn.Module, critic: nn.Module, obs: torch.Tensor):
         """Maximise min(E[Z1], E[Z2])(s, π(s)). -> (loss, scalars to log)."""

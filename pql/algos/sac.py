@@ -24,10 +24,13 @@ class SAC(PQL):
     def target_entropy(self) -> float:
         return -float(self.act_dim)
 
+    def exploration_noise(self, num_envs: int, device) -> None:
+        """None: SAC explores by sampling its own policy, with no per-env noise schedule."""
+        return None
+
     @torch.no_grad()
-    def explore(self, policy: nn.Module, obs: torch.Tensor, noise_std: torch.Tensor) -> torch.Tensor:
-        """a ~ π(·|s): SAC explores by sampling its own policy, so the per-env noise schedule
-        (noise_std [N, 1], mixed or Ape-X) is not used. -> [N, act_dim] in [-1, 1]."""
+    def explore(self, policy: nn.Module, obs: torch.Tensor, noise_std: None) -> torch.Tensor:
+        """a ~ π(·|s). -> [N, act_dim] in [-1, 1]."""
         return policy.sample(obs)[0]
 
     @torch.no_grad()

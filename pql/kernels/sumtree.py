@@ -320,12 +320,3 @@ class SumTree:
             children = self.min_tree[width:2 * width].view(-1, 2)
             self.min_tree[width // 2:width] = torch.minimum(children[:, 0], children[:, 1])
             width //= 2
-
-    def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "priorities": self.leaves.clone()}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state["capacity"] != self.capacity:
-            raise ValueError(f"state_dict capacity={state['capacity']} does not match this tree's "
-                             f"capacity={self.capacity}")
-        self.reset(state["priorities"].to(self.device))

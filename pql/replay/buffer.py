@@ -22,12 +22,6 @@ class UniformSampler:
     def update(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
         return None
 
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        return None
-
 
 class ReplayBuffer:
     """Fixed-capacity ring of transitions on `device`.
@@ -49,11 +43,6 @@ class ReplayBuffer:
         self.generator = generator
         self.cursor = 0  # next slot to write
         self.size = 0
-
-    @staticmethod
-    def bytes_per_item(spec: dict) -> int:
-        return sum(torch.empty((), dtype=dtype).element_size() * int(torch.Size(shape).numel())
-                   for shape, dtype in spec.values())
 
     def __len__(self) -> int:
         return self.size

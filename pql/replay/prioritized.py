@@ -186,28 +186,6 @@ class PrioritizedSampler:
         weights = (self.tree.leaves.index_select(0, indices) / self.tree.min()).pow(-beta)
         return indices, weights
 
-    def state_dict(self) -> dict:
-        state = {"mode": self.mode, "tree": self.tree.state_dict(), "num_samples": self.num_samples,
-                 "max_priority": self.max_priority.clone()}
-        if self.mode == "rank":
-            state.update(td_abs=self.td_abs.clone(), ranked_neg_td=self._ranked_neg_td.clone(),
-                         uses_left=self._uses_left, changed=self._changed, new_at_max=self._new_at_max)
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        if state["mode"] != self.mode:
-            raise ValueError(f"state_dict mode={state['mode']!r} does not match this sampler's "
-                             f"mode={self.mode!r}")
-        self.tree.load_state_dict(state["tree"])
-        self.num_samples = int(state["num_samples"])
-        self.max_priority.copy_(state["max_priority"])
-        if self.mode == "rank":
-            self.td_abs.copy_(state["td_abs"])
-            # The ranking too: the tree's leaves came from it, and the estimates need it.
-            self._ranked_neg_td = state["ranked_neg_td"].to(self.device)
-            self._uses_left, self._changed = int(state["uses_left"]), bool(state["changed"])
-            self._new_at_max = int(state["new_at_max"])
-
 
 def sequence_priority(td_abs: torch.Tensor, eta: float = 0.9, lengths: torch.Tensor | None = None) -> torch.Tensor:
     """Priority of a sequence (R2D2 / Agent57): eta * max_t |delta_t| + (1 - eta) * mean_t |delta_t|.

@@ -1,22 +1,7 @@
-"""The runtime: roles, processes, ratios and schedules. `train(cfg)` runs the algorithm that
-cfg.algo names, on the runner that algorithm needs."""
-from __future__ import annotations
+"""The runtime: what every runner shares at this level (ratio counting, waiting, weight sync, the
+shared state and its ring, the process supervisor, the run skeleton), and one package per kind of
+runner: off_policy/ (PQL, PQL-D, SAC: actor, V-learner, P-learner) and on_policy/ (PPO, IMPALA).
+`train(cfg)` runs the runner that pql.config.ALGORITHMS names for cfg.algo."""
+from pql.runtime.run import train
 
-
-def train(cfg) -> dict:
-    """Train (or, with cfg.test, evaluate cfg.checkpoint). -> the final scalars ("eval/return" included).
-
-    pql, pql_d, sac: the three-role runtime (pql/runtime/off_policy_runner.py); ppo: one process
-    (ppo_runner.py); impala: an actor and a learner (impala_runner.py).
-    """
-    if cfg.algo.name == "ppo":
-        from pql.runtime.ppo_runner import train_ppo
-
-        return train_ppo(cfg)
-    if cfg.algo.name == "impala":
-        from pql.runtime.impala_runner import train_impala
-
-        return train_impala(cfg)
-    from pql.runtime.off_policy_runner import train_off_policy
-
-    return train_off_policy(cfg)
+__all__ = ["train"]

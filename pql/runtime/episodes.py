@@ -33,3 +33,11 @@ class EpisodeStats:
         self.episodes += int(count)
         means = {"train/return": ret / count, "train/length": length / count} if count else {}
         return {**means, "train/episodes": self.episodes}
+
+    def report(self, shared) -> None:
+        """Pop into the shared statistics (shared.stats.train_return, train_length) and the shared
+        episode count, where the main process reads them."""
+        stats = self.pop()
+        if "train/return" in stats:
+            shared.stats.train_return, shared.stats.train_length = stats["train/return"], stats["train/length"]
+        shared.counters.episodes = stats["train/episodes"]

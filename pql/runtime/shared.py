@@ -1,60 +1,131 @@
-"""Everything the roles share, created once by the main process before the roles start
-(so that spawn can hand it to them: shared memory on CPU, CUDA IPC on GPU)."""
+"""What the processes of a run share, made by the main process before any role starts (so that
+spawn can hand it to them: shared memory on CPU, CUDA IPC on GPU): named counters and
+statistics, a ring of staged data, versioned weights, and the supervisor's queues."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from pql.runtime.control import NUM_COUNTERS, NUM_STATS
 from pql.runtime.weight_sync import SharedWeights
+
+
+class _Slot:
+    """One named value of a `SharedValues` tensor: `counters.env_steps += n` reads and writes
+    shared memory. Each slot has one writer, so a read-modify-write needs no lock."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else obj.tensor[self.index].item()
+
+    def __set__(self, obj, value) -> None:
+        obj.tensor[self.index] = value
+
+
+class SharedValues:
+    """A small tensor in shared memory whose entries are named by `slots` (a subclass's slots
+    follow its bases'). dtype: int64 for counters, float64 for statistics."""
+
+    dtype = torch.int64
+    slots: tuple = ()
+    index: dict[str, int] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        names = [name for klass in reversed(cls.__mro__) for name in vars(klass).get("slots", ())]
+        cls.index = {name: i for i, name in enumerate(names)}
+        for name, i in cls.index.items():
+            setattr(cls, name, _Slot(i))
+
+    def __init__(self):
+        self.tensor = torch.zeros(len(self.index), dtype=self.dtype).share_memory_()
+
+    def as_dict(self, names=None) -> dict:
+        """{slot: value} of `names` (default: every slot), as plain numbers."""
+        values = self.tensor.tolist()
+        return {name: values[i] for name, i in self.index.items() if names is None or name in names}
+
+    def load(self, values: dict) -> None:
+        for name, value in values.items():
+            setattr(self, name, value)
+
+
+class RunCounters(SharedValues):
+    """The counters of every runner with role processes (each has one writer):
+
+    stop                 1: every role leaves its loop (main, or a failing role)
+    checkpoint_request   id of the latest checkpoint the main process asked the roles for (main)
+    env_steps            env transitions stepped (actor)
+    episodes             training episodes finished (actor)
+    actor_done           1 once the actor reached runtime.max_env_steps (actor, or main at the time limit)
+
+    Runners add their own work counts, name those a checkpoint keeps (`persistent`) and those
+    whose change is progress for the stall check (`progress`, see waiting.Waiter).
+    """
+
+    slots = ("stop", "checkpoint_request", "env_steps", "episodes", "actor_done")
+    persistent = ("env_steps", "episodes")
+    progress = ()
+
+
+class RunStats(SharedValues):
+    """The latest mean return and length of the training episodes (writer: actor); runners add
+    their losses."""
+
+    dtype = torch.float64
+    slots = ("train_return", "train_length")
 
 
 @dataclass
 class SharedState:
-    counters: torch.Tensor          # [NUM_COUNTERS] int64, shared memory
-    stats: torch.Tensor             # [NUM_STATS] float64, shared memory
-    ring: dict                      # staging ring {field: [slots, num_envs, ...]} of staging_spec, on the device
-    policy: SharedWeights           # published by the P-learner
-    critic: SharedWeights           # published by the V-learner
-    normalizer: SharedWeights       # published by the actor
-    condition: object = None        # multiprocessing Condition (None in sequential mode)
-    errors: object = None           # queue of (role, traceback) from failing roles
-    checkpoint_parts: object = None  # queue of (request id, role, state) for checkpoints
+    counters: RunCounters
+    stats: RunStats
+    ring: dict                       # {field: [slots, ...]} on the device: what the actor hands on
+    weights: dict                    # {name: SharedWeights}
+    condition: object = None         # multiprocessing Condition (None in one process)
+    errors: object = None            # queue of (role, traceback) from failing roles
+    checkpoint_parts: object = None  # queue of (request id, role, serialized state)
 
     @property
     def ring_slots(self) -> int:
         return next(iter(self.ring.values())).shape[0]
 
-
-def transition_spec(obs_dim: int, act_dim: int) -> dict:
-    """The n-step folded transition the actor makes and the V-learner stores."""
-    return {"obs": ((obs_dim,), torch.float32), "action": ((act_dim,), torch.float32),
-            "reward": ((), torch.float32), "next_obs": ((obs_dim,), torch.float32),
-            "discount": ((), torch.float32)}
+    def add(self, slot: str, by: int = 1) -> None:
+        """Count work done (slot: a counter this role writes) and wake the roles waiting on it."""
+        setattr(self.counters, slot, getattr(self.counters, slot) + by)
+        notify_all(self.condition)
 
 
-def staging_spec(obs_dim: int, act_dim: int) -> dict:
-    """A transition and the priority the actor gives it (read only with replay.actor_priorities)."""
-    return {**transition_spec(obs_dim, act_dim), "priority": ((), torch.float32)}
+def alloc_tensors(spec: dict, leading: tuple, device) -> dict:
+    """Zeroed tensors {field: [*leading, *shape]} of spec {field: (shape, dtype)} on `device`."""
+    return {k: torch.zeros((*leading, *shape), dtype=dtype, device=device) for k, (shape, dtype) in spec.items()}
 
 
-def make_shared_state(num_envs: int, obs_dim: int, act_dim: int, device, slots: int,
-                      policy, critic, normalizer, ctx=None) -> SharedState:
-    """ctx: a multiprocessing context for process mode, None for sequential mode."""
-    ring = {k: torch.zeros((slots, num_envs, *shape), dtype=dtype, device=device)
-            for k, (shape, dtype) in staging_spec(obs_dim, act_dim).items()}
+def make_shared_state(counters: RunCounters, stats: RunStats, ring_spec: dict, ring_shape: tuple, device,
+                      weights: dict, ctx=None) -> SharedState:
+    """ring_shape: the leading dimensions of every ring field ((slots, num_envs) or (slots, T, N));
+    weights: {name: module} to share; ctx: a multiprocessing context, None for one process."""
+    ring = alloc_tensors(ring_spec, ring_shape, device)
     if torch.device(device).type == "cpu":
         for t in ring.values():
             t.share_memory_()
-    return SharedState(
-        counters=torch.zeros(NUM_COUNTERS, dtype=torch.int64).share_memory_(),
-        stats=torch.zeros(NUM_STATS, dtype=torch.float64).share_memory_(),
-        ring=ring,
-        policy=SharedWeights(policy, device),
-        critic=SharedWeights(critic, device),
-        normalizer=SharedWeights(normalizer, device),
-        condition=ctx.Condition() if ctx else None,
-        errors=ctx.Queue() if ctx else None,
-        checkpoint_parts=ctx.Queue() if ctx else None,
-    )
+    return SharedState(counters=counters, stats=stats, ring=ring,
+                       weights={name: SharedWeights(module, device) for name, module in weights.items()},
+                       condition=ctx.Condition() if ctx else None,
+                       errors=ctx.Queue() if ctx else None,
+                       checkpoint_parts=ctx.Queue() if ctx else None)
+
+
+LOCK_TIMEOUT_S = 1.0  # longest wait for the condition's lock
+
+
+def notify_all(condition) -> None:
+    """Wake every role waiting on `condition` (None in one process: nothing to wake). Gives up
+    after LOCK_TIMEOUT_S if a dead process holds the lock: the waiters' own timeouts cover it."""
+    if condition is not None and condition.acquire(timeout=LOCK_TIMEOUT_S):
+        try:
+            condition.notify_all()
+        finally:
+            condition.release()

@@ -24,7 +24,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def make_env(name: str, num_envs: int, device: torch.device, seed: int, backend: str) -> MujocoEnv:
+def make_mujoco_env(name: str, num_envs: int, device: torch.device, seed: int, backend: str) -> MujocoEnv:
     """A MujocoEnv of task `name` on a resolved backend ("mujoco" or "mjwarp")."""
     if backend == "mjwarp":
         from .physics_mjwarp import MjwarpPhysics as physics_cls

@@ -17,7 +17,6 @@ from pql.kernels import SumTree
 from pql.kernels.sumtree import UPDATE_BLOCK_MAX, sample_from_uniforms
 
 
-
 def trees(capacity, case):
     """(tree under test, reference tree), both empty."""
     impl, device = case
@@ -215,13 +214,3 @@ def test_forcing_triton_on_cpu_without_the_interpreter_raises():
             "try:\n    SumTree(4, impl='triton')\nexcept ValueError as e:\n    print(e)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "impl='triton' cannot run on cpu tensors" in out.stdout and "TRITON_INTERPRET=1" in out.stdout, out
-
-
-def test_state_dict_round_trip():
-    tree = SumTree(37, impl="torch")
-    tree.update(torch.arange(0, 37, 3), torch.rand(13))
-    other = SumTree(37, impl="torch")
-    other.load_state_dict(tree.state_dict())
-    assert torch.equal(other.sum_tree, tree.sum_tree) and torch.equal(other.min_tree, tree.min_tree)
-    with pytest.raises(ValueError, match="capacity=37 does not match"):
-        SumTree(38).load_state_dict(tree.state_dict())

@@ -220,23 +220,6 @@ def test_rank_mode_between_reranks_samples_and_weighs_by_the_tree(case):
                                rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_state_dict_round_trip_continues_identically(mode):
-    a, _ = filled(("torch", "cpu"), mode)
-    a.sample(16, 40)
-    b = PrioritizedSampler(50, mode=mode, impl="torch")
-    b.load_state_dict(a.state_dict())
-    for s in (a, b):
-        s.update(torch.tensor([3, 4]), torch.tensor([0.5, 9.0]))
-        s.on_add(torch.tensor([40]))
-    ia, wa = a.sample(64, 41, torch.Generator().manual_seed(3))
-    ib, wb = b.sample(64, 41, torch.Generator().manual_seed(3))
-    assert torch.equal(ia, ib) and torch.equal(wa, wb)
-    rank_state = filled(("torch", "cpu"), "rank")[0].state_dict()
-    with pytest.raises(ValueError, match="mode='rank' does not match"):
-        PrioritizedSampler(50, mode="proportional").load_state_dict(rank_state)
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_empty_batch(case):
     sampler, _ = filled(case, "proportional")

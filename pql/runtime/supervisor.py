@@ -1,22 +1,23 @@
-"""Process mode: one process per role (spawn), supervised by the main process.
+"""The process supervisor: role processes started with spawn, watched by the main process.
 
-The main process evaluates, logs and writes checkpoints while it watches the roles. If a role
-raises or dies, every role is stopped, the cause is reported and the run exits non-zero within
-seconds; children also die with the main process (PR_SET_PDEATHSIG), so none is orphaned.
+If a role raises or dies, every role is stopped, the cause is reported and the run exits
+non-zero within seconds; children also die with the main process (PR_SET_PDEATHSIG), so none
+is orphaned. Used by every runner with role processes (PQL's three roles, IMPALA's actor).
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import io
 import os
 import queue
 import signal
 import time
+import traceback
 
 import torch
-import torch.multiprocessing as mp
 
-from pql.runtime.control import C, notify_all
-from pql.runtime.roles import ROLE_NAMES, role_main
+from pql.runtime.shared import SharedState, notify_all
 
 POLL_S = 0.1
 STOP_GRACE_S = 3.0
@@ -34,19 +35,44 @@ def threads_per_process(cfg, processes: int) -> int:
     return max(1, (os.cpu_count() or 1) // processes) if cfg.runtime.device == "cpu" else 1
 
 
-def role_processes(cfg, shared, obs_dim: int, act_dim: int, resume: dict | None, ctx) -> dict:
-    """The three PQL roles, not yet started: {name: Process}."""
-    threads = threads_per_process(cfg, len(ROLE_NAMES))
-    return {name: ctx.Process(target=role_main, name=f"pql-{name}", daemon=True,
-                              args=(name, cfg, shared, obs_dim, act_dim, resume, threads))
-            for name in ROLE_NAMES}
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so no role outlives the run."""
+    # Not Linux (no libc.so.6): the stall check's parent test still ends the role.
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def role_process(name: str, shared: SharedState, threads: int):
+    """The frame of every role process: it dies with its parent, leaves Ctrl-C to the main
+    process, and on any exception hands its traceback to the main process through
+    shared.errors, stops the run and exits."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    torch.set_num_threads(threads)
+    try:
+        yield
+    except BaseException:
+        shared.errors.put((name, traceback.format_exc()))
+        shared.errors.close()
+        shared.errors.join_thread()  # the traceback must leave before the process does
+        shared.counters.stop = 1
+        notify_all(shared.condition)
+        os._exit(1)
+
+
+def hand_in(shared: SharedState, request: int, name: str, state: dict) -> None:
+    """A role's answer to checkpoint request `request`: its state, serialized for the queue."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    shared.checkpoint_parts.put((request, name, buffer.getvalue()))
 
 
 class ProcessRuntime:
     """Starts, supervises (`check`) and stops the role processes `procs` ({name: Process}) that
     share `shared` (its errors queue, counters and condition)."""
 
-    def __init__(self, shared, procs: dict):
+    def __init__(self, shared: SharedState, procs: dict):
         self.shared, self.procs = shared, procs
 
     def start(self) -> None:
@@ -73,27 +99,28 @@ class ProcessRuntime:
             return
         raise RoleFailure(f"role {name} failed:\n{tb.rstrip()}")
 
-    def checkpoint(self, path: str, save) -> None:
-        """Ask every role for its state, wait (supervising) until all three answered, save."""
-        c = self.shared.counters
-        c[C.CKPT_REQUEST] += 1
-        request = int(c[C.CKPT_REQUEST])
-        counters = c.clone()
+    def collect_states(self) -> tuple[dict, dict]:
+        """Ask every role for its state and wait (supervising) until all answered (`hand_in`).
+        -> ({role: state}, the counters when asked)."""
+        counters = self.shared.counters
+        counters.checkpoint_request += 1
+        request = counters.checkpoint_request
+        counts = counters.as_dict()
         notify_all(self.shared.condition)
-        parts = {}
-        while len(parts) < len(ROLE_NAMES):
+        states = {}
+        while len(states) < len(self.procs):
             self.check()
             try:
                 req, name, blob = self.shared.checkpoint_parts.get(timeout=POLL_S)
             except queue.Empty:
                 continue
             if req == request:
-                parts[name] = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
-        save(path, parts, counters)
+                states[name] = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+        return states, counts
 
     def stop(self) -> None:
         """Stop every role: ask, then terminate, then kill; never leaves a child behind."""
-        self.shared.counters[C.STOP] = 1
+        self.shared.counters.stop = 1
         notify_all(self.shared.condition)
         deadline = time.monotonic() + STOP_GRACE_S
         for p in self.procs.values():
@@ -105,27 +132,3 @@ class ProcessRuntime:
             if p.is_alive():
                 p.kill()
                 p.join()
-
-
-def run_processes(cfg, shared, monitor, obs_dim: int, act_dim: int, resume: dict | None, save) -> None:
-    """Run until the actor reaches the step budget (or time runs out), then write the final
-    checkpoint and stop. Raises RoleFailure if a role fails."""
-    ctx = mp.get_context("spawn")
-    runtime = ProcessRuntime(shared, role_processes(cfg, shared, obs_dim, act_dim, resume, ctx))
-    monitor.save_checkpoint = lambda path: runtime.checkpoint(path, save)
-    runtime.start()
-    try:
-        while not int(shared.counters[C.ACTOR_DONE]):
-            runtime.check()
-            if monitor.should_stop():
-                shared.counters[C.ACTOR_DONE] = 1
-                break
-            monitor.tick()
-            time.sleep(POLL_S)
-        runtime.check()
-        monitor.tick(final=True)
-    except KeyboardInterrupt:
-        monitor.save_interrupted()  # the roles ignore SIGINT, so they can still hand in their parts
-        raise
-    finally:
-        runtime.stop()

@@ -7,15 +7,16 @@ import copy
 
 import torch
 
-from pql.algos.common import adam, soft_update
+from pql.algos.common import Checkpointable, adam, soft_update
 from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer
-from pql.runtime.control import C, RatioController, S
+from pql.replay.nstep import transition_spec
+from pql.runtime.control import RatioController
 from pql.runtime.device import InFlight, host_values
-from pql.runtime.shared import transition_spec
+from pql.runtime.shared import SharedState
 from pql.runtime.weight_sync import WeightsReader
 
-STATS_EVERY = 50  # updates between stats reports (each report is a host sync on CUDA)
+LOSS_REPORT_EVERY = 50  # updates between reports of the losses (a host sync on CUDA)
 
 
 def make_sampler(replay_cfg, capacity: int, device):
@@ -46,21 +47,27 @@ def compile_update(fn, enabled: bool, device: torch.device):
     return call
 
 
-class _Learner:
-    """What both learners share: ingesting the staging ring and the normaliser copy."""
+class _Learner(Checkpointable):
+    """What both learners share: ingesting the staging ring, the normaliser copy, one optimiser
+    step on a loss, and their state: `state_attrs`, the generator, and on loading, a publication
+    of the network this learner owns (`publishes`) so that every copy starts from it."""
 
-    consumed_slot: C
+    consumed_slot: str  # the counter of staged batches this learner has copied
+    counts: str  # the counter of this learner's updates
     fields: tuple
+    publishes: str
+    publish_every: int
     staged_priorities = False  # whether new items take the priorities the actor staged
 
-    def __init__(self, cfg, shared, algo, device, ctrl: RatioController, obs_dim: int, spec: dict, sampler, seed: int):
-        self.cfg, self.shared, self.algo, self.device, self.ctrl = cfg, shared, algo, device, ctrl
+    def __init__(self, cfg, shared: SharedState, algo, device, ratios: RatioController, obs_dim: int, spec: dict,
+                 sampler, seed: int):
+        self.cfg, self.shared, self.algo, self.device, self.ratios = cfg, shared, algo, device, ratios
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.replay = ReplayBuffer(cfg.replay.capacity, spec, device, sampler, self.generator)
         self.normalizer = ObsNormalizer(obs_dim).to(device)
-        self.normalizer_reader = WeightsReader(shared.normalizer, self.normalizer)
+        self.normalizer_reader = WeightsReader(shared.weights["normalizer"], self.normalizer)
         self.updates = 0
-        self.ingested = int(shared.counters[self.consumed_slot])  # staged batches whose copy is queued
+        self.ingested = getattr(shared.counters, self.consumed_slot)  # staged batches whose copy is queued
         self.copies = InFlight(device)  # copies out of the ring not landed yet
 
     def idle(self) -> None:
@@ -69,8 +76,8 @@ class _Learner:
     def ingest(self) -> None:
         """Queue a copy of every staged batch not yet taken into the replay. A ring slot counts as
         consumed (free for the actor to overwrite) only once its copy has landed."""
-        c, ring = self.shared.counters, self.shared.ring
-        staged = int(c[C.ACTOR_STEPS])
+        ring = self.shared.ring
+        staged = self.shared.counters.actor_steps
         while self.ingested < staged:
             slot = self.ingested % self.shared.ring_slots
             self.replay.add({k: ring[k][slot] for k in self.fields},
@@ -79,7 +86,7 @@ class _Learner:
             self.ingested += 1
         landed = self.copies.landed()
         if landed:
-            self.ctrl.advance(self.consumed_slot, landed)
+            self.shared.add(self.consumed_slot, landed)
 
     def _sample(self, batch_size: int):
         self.normalizer_reader.pull()
@@ -89,103 +96,102 @@ class _Learner:
                 batch[k] = self.normalizer(batch[k])
         return batch, indices, weights
 
-
-class VLearner(_Learner):
-    name = "v_learner"
-    consumed_slot = C.CONSUMED_V
-    fields = ("obs", "action", "reward", "next_obs", "discount")
-
-    def __init__(self, cfg, shared, algo, device, ctrl, obs_dim: int, act_dim: int):
-        sampler = make_sampler(cfg.replay, cfg.replay.capacity, device)
-        super().__init__(cfg, shared, algo, device, ctrl, obs_dim, transition_spec(obs_dim, act_dim), sampler,
-                         cfg.runtime.seed + 2)
-        self.staged_priorities = cfg.replay.actor_priorities
-        self.critic = algo.make_critic().to(device)
-        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.policy = algo.make_policy().to(device).requires_grad_(False)
-        self.policy_reader = WeightsReader(shared.policy, self.policy)
-        self.optim = adam(self.critic.parameters(), cfg.algo.critic_lr)
-        self.critic_loss = compile_update(
-            lambda batch, weights: algo.critic_loss(self.critic, self.target_critic, self.policy, batch, weights),
-            cfg.runtime.compile, device)
-        shared.critic.publish(self.critic, wait=True)
-
-    def ready(self) -> bool:
-        return self.ctrl.critic_may_update()
-
     def step(self) -> None:
+        """One update (`_update`), then the publication and the loss report when due, then count it."""
         self.ingest()
-        if self.updates % self.cfg.runtime.policy_sync_every == 0:
-            self.policy_reader.pull()
-        batch, indices, weights = self._sample(self.cfg.algo.batch_size)
-        loss, td_abs, info = self.critic_loss(batch, weights)
+        info = self._update()
+        if self.updates % self.publish_every == 0:
+            self.shared.weights[self.publishes].publish(getattr(self, self.publishes))
+        if self.updates % LOSS_REPORT_EVERY == 0:
+            self._report(info)
+        self.shared.add(self.counts)
+
+    def _optimise(self, loss: torch.Tensor) -> None:
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
         self.optim.step()
-        soft_update(self.target_critic, self.critic, self.cfg.algo.tau)
-        self.replay.update_priorities(indices, td_abs)
         self.updates += 1
-        if self.updates % self.cfg.runtime.critic_sync_every == 0:
-            self.shared.critic.publish(self.critic)
-        if self.updates % STATS_EVERY == 0:
-            self.shared.stats[S.CRITIC_LOSS], self.shared.stats[S.Q_MEAN] = host_values(
-                info["critic/loss"], info["critic/q"])
-            self.shared.stats[S.POLICY_VERSION_LAG] = self.shared.policy.current_version() - self.policy_reader.version
-        self.ctrl.advance(C.CRITIC_UPDATES)
 
     def state_dict(self) -> dict:
-        return {"critic": self.critic.state_dict(), "target_critic": self.target_critic.state_dict(),
-                "optim": self.optim.state_dict(), "sampler": self.replay.sampler.state_dict(),
-                "generator": self.generator.get_state()}
+        return {**super().state_dict(), "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
-        self.optim.load_state_dict(state["optim"])
+        super().load_state_dict(state)
         self.generator.set_state(state["generator"])
-        self.shared.critic.publish(self.critic, wait=True)
+        self.shared.weights[self.publishes].publish(getattr(self, self.publishes), wait=True)
+
+
+class VLearner(_Learner):
+    name = "v_learner"
+    consumed_slot, counts = "consumed_v", "critic_updates"
+    fields = ("obs", "action", "reward", "next_obs", "discount")
+    publishes = "critic"
+    # Not the sampler's priorities: the replay's contents are not saved, so they would be of nothing.
+    state_attrs = ("critic", "target_critic", "optim")
+
+    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int):
+        sampler = make_sampler(cfg.replay, cfg.replay.capacity, device)
+        super().__init__(cfg, shared, algo, device, ratios, obs_dim, transition_spec(obs_dim, act_dim), sampler,
+                         cfg.runtime.seed + 2)
+        self.staged_priorities = cfg.replay.actor_priorities
+        self.publish_every = cfg.runtime.critic_publish_every
+        self.critic = algo.make_critic().to(device)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.policy = algo.make_policy().to(device).requires_grad_(False)
+        self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
+        self.optim = adam(algo.critic_optim_params(self.critic))
+        self.critic_loss = compile_update(
+            lambda batch, weights: algo.critic_loss(self.critic, self.target_critic, self.policy, batch, weights),
+            cfg.runtime.compile, device)
+        shared.weights["critic"].publish(self.critic, wait=True)
+
+    def ready(self) -> bool:
+        return self.ratios.critic_may_update()
+
+    def _update(self) -> dict:
+        if self.updates % self.cfg.runtime.v_learner_pull_every == 0:
+            self.policy_reader.pull()
+        batch, indices, weights = self._sample(self.cfg.algo.batch_size)
+        loss, td_abs, info = self.critic_loss(batch, weights)
+        self._optimise(loss)
+        soft_update(self.target_critic, self.critic, self.cfg.algo.tau)
+        self.replay.update_priorities(indices, td_abs)
+        return info
+
+    def _report(self, info: dict) -> None:
+        stats = self.shared.stats
+        stats.critic_loss, stats.q_mean = host_values(info["critic/loss"], info["critic/q"])
+        stats.policy_version_lag = self.shared.weights["policy"].current_version() - self.policy_reader.version
 
 
 class PLearner(_Learner):
     name = "p_learner"
-    consumed_slot = C.CONSUMED_P
+    consumed_slot, counts = "consumed_p", "policy_updates"
     fields = ("obs",)
+    publishes = "policy"
+    state_attrs = ("policy", "optim")
 
-    def __init__(self, cfg, shared, algo, device, ctrl, obs_dim: int, act_dim: int):
-        super().__init__(cfg, shared, algo, device, ctrl, obs_dim, {"obs": ((obs_dim,), torch.float32)}, None,
+    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int):
+        super().__init__(cfg, shared, algo, device, ratios, obs_dim, {"obs": ((obs_dim,), torch.float32)}, None,
                          cfg.runtime.seed + 3)
+        self.publish_every = cfg.runtime.policy_publish_every
         self.policy = algo.make_policy().to(device)
         self.critic = algo.make_critic().to(device).requires_grad_(False)
-        self.critic_reader = WeightsReader(shared.critic, self.critic)
+        self.critic_reader = WeightsReader(shared.weights["critic"], self.critic)
         self.optim = adam(algo.policy_optim_params(self.policy))
         self.policy_loss = compile_update(lambda obs: algo.policy_loss(self.policy, self.critic, obs),
                                           cfg.runtime.compile, device)
-        shared.policy.publish(self.policy, wait=True)
+        shared.weights["policy"].publish(self.policy, wait=True)
 
     def ready(self) -> bool:
-        return self.ctrl.policy_may_update()
+        return self.ratios.policy_may_update()
 
-    def step(self) -> None:
-        self.ingest()
+    def _update(self) -> dict:
         self.critic_reader.pull()
         batch, _, _ = self._sample(self.cfg.algo.batch_size)
         loss, info = self.policy_loss(batch["obs"])
-        self.optim.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optim.step()
-        self.updates += 1
-        if self.updates % self.cfg.runtime.policy_sync_every == 0:
-            self.shared.policy.publish(self.policy)
-        if self.updates % STATS_EVERY == 0:
-            self.shared.stats[S.POLICY_LOSS], = host_values(info["policy/loss"])
-        self.ctrl.advance(C.POLICY_UPDATES)
+        self._optimise(loss)
+        return info
 
-    def state_dict(self) -> dict:
-        return {"policy": self.policy.state_dict(), "optim": self.optim.state_dict(),
-                "generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.optim.load_state_dict(state["optim"])
-        self.generator.set_state(state["generator"])
-        self.shared.policy.publish(self.policy, wait=True)
+    def _report(self, info: dict) -> None:
+        self.shared.stats.policy_loss, = host_values(info["policy/loss"])

@@ -1,0 +1,121 @@
+"""The actor role: steps the training envs with its local policy copy, folds n-step
+transitions and stages them in the ring for the learners."""
+from __future__ import annotations
+
+import torch
+
+from pql.envs import build_env, to_env_action
+from pql.nets import ObsNormalizer
+from pql.replay.nstep import NStepWindow
+from pql.runtime.control import RatioController
+from pql.runtime.device import InFlight
+from pql.runtime.episodes import EpisodeStats
+from pql.runtime.off_policy.precision import InferenceCopy
+from pql.runtime.shared import SharedState
+from pql.runtime.weight_sync import WeightsReader
+
+EPISODE_REPORT_EVERY = 16  # actor steps between reports of the training episodes (a host sync on CUDA)
+
+
+class Actor:
+    name = "actor"
+
+    def __init__(self, cfg, shared: SharedState, algo, device, ratios: RatioController, fresh_start: bool):
+        self.cfg, self.shared, self.algo, self.device, self.ratios = cfg, shared, algo, device, ratios
+        self.env = build_env(cfg.task, cfg.task.num_envs, device, cfg.runtime.seed)
+        self.policy = algo.make_policy().to(device)
+        self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
+        self.acting = InferenceCopy(self.policy, cfg.actor.precision)
+        self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
+        self.noise_std = algo.exploration_noise(self.env.num_envs, device)
+        self.window = NStepWindow(cfg.algo.nstep, cfg.algo.gamma,
+                                  cfg.replay.priority_eta if cfg.replay.actor_priorities else None)
+        # Ape-X: with replay.actor_priorities the actor keeps a critic copy to prioritise its data.
+        self.critic = algo.make_critic().to(device).requires_grad_(False) if cfg.replay.actor_priorities else None
+        self.critic_reader = None if self.critic is None else WeightsReader(shared.weights["critic"], self.critic)
+        self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
+        self.generator = torch.Generator(device=device).manual_seed(cfg.runtime.seed + 1)
+        self.obs = self.env.reset()
+        self.episodes = EpisodeStats(self.env.num_envs, device, shared.counters.episodes)
+        self.local_steps = 0
+        self.ring_writes = InFlight(device)  # staged batches written but not counted yet
+
+    def done(self) -> bool:
+        return self.shared.counters.env_steps >= self.cfg.runtime.max_env_steps
+
+    def ready(self) -> bool:
+        self._count_landed()
+        c = self.shared.counters
+        if self.done():
+            c.actor_done = 1
+            return False
+        ring_free = self._staged() - min(c.consumed_v, c.consumed_p) < self.shared.ring_slots
+        return ring_free and self.ratios.actor_may_step(in_flight=len(self.ring_writes))
+
+    def idle(self) -> None:
+        self._count_landed()
+
+    def _staged(self) -> int:
+        """Batches staged in this ring so far: counted ones and those whose write is in flight."""
+        return self.shared.counters.actor_steps + len(self.ring_writes)
+
+    def _count_landed(self) -> None:
+        """Count the ring writes that have landed: a learner reads a slot only once it is counted."""
+        landed = self.ring_writes.landed()
+        if landed:
+            self.shared.add("actor_steps", landed)
+
+    def _pull_weights(self) -> None:
+        if self.policy_reader.pull():
+            self.acting.refresh()
+        if self.critic_reader is not None:
+            self.critic_reader.pull()
+
+    def _td_abs(self, obs, action, reward, terminated, final_obs) -> torch.Tensor:
+        """One-step |TD error| [N] of this step under the actor's critic and policy copies (its
+        critic copy stands in for the target critic, which only the V-learner has)."""
+        batch = {"obs": self.normalizer(obs), "action": action, "reward": reward,
+                 "next_obs": self.normalizer(final_obs), "discount": self.cfg.algo.gamma * (~terminated).float()}
+        return self.algo.td_error(self.critic, self.critic, self.policy, batch)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        c = self.shared.counters
+        if self.local_steps % self.cfg.runtime.actor_pull_every == 0:
+            self._pull_weights()
+        self.normalizer.update(self.obs)
+        self.shared.weights["normalizer"].publish(self.normalizer)
+        staged = self._staged()
+        warming = staged - c.launch_actor_steps < c.warmup_steps
+        if warming and self.random_warmup:
+            action = torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
+        else:
+            action = self.algo.explore(self.acting.module, self.normalizer(self.obs), self.noise_std)
+        next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
+        c.env_steps += self.env.num_envs
+        self.episodes.track(reward, terminated | truncated)
+        if self.local_steps % EPISODE_REPORT_EVERY == 0:
+            self.episodes.report(self.shared)
+        td_abs = None if self.critic is None else self._td_abs(self.obs, action, reward, terminated, info["final_obs"])
+        transition = self.window.push(self.obs, action, reward, terminated, truncated, info["final_obs"], td_abs)
+        self.obs = next_obs
+        self.local_steps += 1
+        if transition is None:
+            return
+        slot = staged % self.shared.ring_slots
+        for k, v in transition.items():
+            self.shared.ring[k][slot].copy_(v)
+        self.ring_writes.mark()
+        self._count_landed()
+
+    def state_dict(self) -> dict:
+        # No window or observations: a resumed run restarts its envs' episodes.
+        return {"policy": self.policy.state_dict(), "normalizer": self.normalizer.state_dict(),
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.acting.refresh()
+        self.normalizer.load_state_dict(state["normalizer"])
+        self.shared.weights["normalizer"].publish(self.normalizer, wait=True)  # the learners' statistics too
+        self.generator.set_state(state["generator"])

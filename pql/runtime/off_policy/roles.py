@@ -1,0 +1,76 @@
+"""Building PQL's three roles, and the loop each one runs in its own process.
+
+A role has `ready()`, `step()`, `idle()`, `state_dict()` and `load_state_dict()`; the ratio
+controller decides when `ready()` is true.
+"""
+from __future__ import annotations
+
+import torch
+
+from pql.config import ALGORITHMS
+from pql.nets import ObsNormalizer
+from pql.replay.nstep import staging_spec
+from pql.runtime.control import LearnerStats, RatioController, RatioCounters
+from pql.runtime.device import use_device
+from pql.runtime.off_policy.actor import Actor
+from pql.runtime.off_policy.learners import PLearner, VLearner
+from pql.runtime.shared import SharedState, make_shared_state
+from pql.runtime.supervisor import hand_in, role_process
+from pql.runtime.waiting import Waiter
+
+ROLE_NAMES = ("actor", "v_learner", "p_learner")
+STAGING_SLOTS_EXTRA = 2  # ring slots beyond max_lag, so a learner copying a slot never blocks the actor
+
+
+def make_rules(cfg, obs_dim: int, act_dim: int):
+    """The update rules of cfg.algo (pql, pql_d or sac)."""
+    return ALGORITHMS[cfg.algo.name].load_rules()(cfg.algo, obs_dim, act_dim)
+
+
+def make_shared(cfg, algo, obs_dim: int, act_dim: int, device, ctx=None) -> SharedState:
+    """What the three roles share (ctx: a multiprocessing context, None for one process)."""
+    return make_shared_state(
+        RatioCounters(), LearnerStats(), staging_spec(obs_dim, act_dim),
+        (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), device,
+        {"policy": algo.make_policy(), "critic": algo.make_critic(), "normalizer": ObsNormalizer(obs_dim)}, ctx)
+
+
+def make_ratios(cfg, shared: SharedState) -> RatioController:
+    return RatioController(shared.counters, cfg.algo.beta_av, cfg.algo.beta_pv, cfg.runtime.max_lag)
+
+
+def build_role(name: str, cfg, shared: SharedState, algo, device, ratios: RatioController, obs_dim: int, act_dim: int,
+               fresh_start: bool):
+    if name == "actor":
+        return Actor(cfg, shared, algo, device, ratios, fresh_start)
+    cls = {"v_learner": VLearner, "p_learner": PLearner}[name]
+    return cls(cfg, shared, algo, device, ratios, obs_dim, act_dim)
+
+
+def role_main(name: str, cfg, shared: SharedState, obs_dim: int, act_dim: int, resume: dict | None,
+              threads: int) -> None:
+    """Entry point of a role process."""
+    with role_process(name, shared, threads):
+        device = use_device(cfg.runtime.device)
+        torch.manual_seed(cfg.runtime.seed + 17 * (ROLE_NAMES.index(name) + 1))
+        ratios = make_ratios(cfg, shared)
+        role = build_role(name, cfg, shared, make_rules(cfg, obs_dim, act_dim), device, ratios, obs_dim, act_dim,
+                          fresh_start=resume is None)
+        if resume is not None:
+            role.load_state_dict(resume["roles"][name])
+        waiter = Waiter(shared.counters, shared.condition, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
+                        ratios.started)
+        # Requests are numbered from 1 in each launch; one made while this role was starting is
+        # still answered (reading the counter here instead would skip it, and the main process
+        # would wait for this role's state for ever).
+        served = 0
+
+        def checkpoint_due() -> bool:
+            return shared.counters.checkpoint_request > served
+
+        while waiter.wait(lambda: checkpoint_due() or role.ready(), role.idle, f"{name} to be allowed to run"):
+            if checkpoint_due():
+                served = shared.counters.checkpoint_request
+                hand_in(shared, served, name, role.state_dict())
+                continue
+            role.step()

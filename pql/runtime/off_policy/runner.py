@@ -1,0 +1,100 @@
+"""PQL, PQL-D and SAC: an actor, a V-learner and a P-learner at the ratios of control.py, in
+three processes (runtime.mode=process: the main process evaluates, logs and checkpoints while it
+supervises them) or interleaved in the main process (runtime.mode=sequential)."""
+from __future__ import annotations
+
+import time
+
+import torch.multiprocessing as mp
+
+from pql.nets import ObsNormalizer
+from pql.runtime.control import RatioCounters
+from pql.runtime.off_policy.roles import ROLE_NAMES, build_role, make_ratios, make_rules, make_shared, role_main
+from pql.runtime.off_policy.sequential import interleave
+from pql.runtime.supervisor import POLL_S, ProcessRuntime, threads_per_process
+from pql.runtime.weight_sync import WeightsReader
+
+
+class OffPolicyRunner:
+    @staticmethod
+    def make_policy(cfg, obs_dim: int, act_dim: int):
+        return make_rules(cfg, obs_dim, act_dim).make_policy()
+
+    def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
+        self.cfg, self.device, self.obs_dim, self.act_dim, self.resume = cfg, device, obs_dim, act_dim, resume
+        algo = make_rules(cfg, obs_dim, act_dim)
+        self.ctx = mp.get_context("spawn") if cfg.runtime.mode == "process" else None
+        self.shared = make_shared(cfg, algo, obs_dim, act_dim, device, self.ctx)
+        self.counters = self.shared.counters
+        if resume is not None:
+            self.counters.load(resume["counters"])
+        self.counters.start_launch(cfg.algo.warmup_steps)
+        self.ratios = make_ratios(cfg, self.shared)
+        self.roles, self.processes = {}, None
+        if self.ctx is None:
+            self.roles = {name: build_role(name, cfg, self.shared, algo, device, self.ratios, obs_dim, act_dim,
+                                           fresh_start=resume is None) for name in ROLE_NAMES}
+            for name, role in self.roles.items():
+                if resume is not None:
+                    role.load_state_dict(resume["roles"][name])
+        # The main process's copies of the newest policy and statistics, for evaluation.
+        self.policy = algo.make_policy().to(device).requires_grad_(False)
+        self.normalizer = ObsNormalizer(obs_dim).to(device)
+        self.policy_reader = WeightsReader(self.shared.weights["policy"], self.policy)
+        self.normalizer_reader = WeightsReader(self.shared.weights["normalizer"], self.normalizer)
+
+    def run(self, monitor) -> None:
+        if self.ctx is None:
+            interleave(self.roles["actor"], (self.roles["v_learner"], self.roles["p_learner"]), monitor, self.ratios)
+            self.counters.actor_done = 1
+            monitor.tick(final=True)
+            return
+        threads = threads_per_process(self.cfg, len(ROLE_NAMES))
+        self.processes = ProcessRuntime(self.shared, {
+            name: self.ctx.Process(target=role_main, name=f"pql-{name}", daemon=True,
+                                   args=(name, self.cfg, self.shared, self.obs_dim, self.act_dim, self.resume, threads))
+            for name in ROLE_NAMES})
+        self.processes.start()
+        while not self.counters.actor_done:
+            self.processes.check()
+            if monitor.should_stop():
+                self.counters.actor_done = 1
+                break
+            monitor.tick()
+            time.sleep(POLL_S)
+        self.processes.check()
+        monitor.tick(final=True)
+
+    def counts(self) -> dict:
+        c = self.counters.as_dict()
+        return {"env_steps": c["env_steps"], "actor": c["actor_steps"], "v_learner": c["critic_updates"],
+                "p_learner": c["policy_updates"]}
+
+    def scalars(self) -> dict:
+        a, v, p = self.ratios.progress()
+        return {"ratio/beta_av": v / a if a > 0 else 0.0, "ratio/beta_pv": v / p if p > 0 else 0.0,
+                "loss/critic": self.shared.stats.critic_loss, "loss/policy": self.shared.stats.policy_loss,
+                "critic/q": self.shared.stats.q_mean, "policy/version_lag": self.shared.stats.policy_version_lag,
+                "train/return": self.shared.stats.train_return, "train/length": self.shared.stats.train_length,
+                "train/episodes": self.counters.episodes}
+
+    def policy_version(self) -> int:
+        return self.shared.weights["policy"].current_version()  # 0 until the P-learner has published once
+
+    def latest_policy(self) -> tuple:
+        """Waits for a whole copy of the newest published policy, never an older one."""
+        version = self.policy_reader.pull_latest()
+        self.normalizer_reader.pull_latest()
+        return self.policy, self.normalizer, version
+
+    def checkpoint(self) -> dict:
+        if self.processes is not None:
+            roles, counts = self.processes.collect_states()
+        else:
+            roles, counts = {name: role.state_dict() for name, role in self.roles.items()}, self.counters.as_dict()
+        return {"counters": {k: counts[k] for k in RatioCounters.persistent}, "policy": roles["p_learner"]["policy"],
+                "normalizer": roles["actor"]["normalizer"], "roles": roles}
+
+    def close(self) -> None:
+        if self.processes is not None:
+            self.processes.stop()

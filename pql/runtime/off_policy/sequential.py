@@ -1,0 +1,34 @@
+"""Sequential mode: the three roles interleaved in one process at the same ratios.
+Deterministic for a seed (one RNG stream, a fixed order), for tests and debugging."""
+from __future__ import annotations
+
+from pql.runtime.control import RatioController
+
+MONITOR_EVERY = 8  # actor steps between monitor ticks
+
+
+def interleave(actor, learners, monitor, ratios: RatioController) -> None:
+    """Step the actor whenever it may, then let each learner run as far as the ratios allow,
+    until the actor is done or the monitor says stop."""
+    steps = 0
+    while not monitor.should_stop():
+        if actor.ready():
+            actor.step()
+            steps += 1
+        elif actor.done():
+            break
+        for learner in learners:
+            learner.ingest()
+        progressed = True
+        while progressed:
+            progressed = False
+            for learner in learners:
+                while learner.ready():
+                    learner.step()
+                    progressed = True
+        if not actor.ready() and not actor.done() and not any(learner.ready() for learner in learners):
+            a, v, p = ratios.progress()
+            raise RuntimeError(f"sequential schedule cannot advance (actor steps {a}, critic updates {v}, "
+                               f"policy updates {p})")
+        if steps % MONITOR_EVERY == 0:
+            monitor.tick()

@@ -1,0 +1,213 @@
+"""IMPALA (Espeholt et al., 2018): an actor and a learner joined by a queue of trajectory slots.
+
+runtime.mode=process: the actor runs in its own process under the process supervisor (a role
+that raises or dies stops the run with its error within seconds); the learner, evaluation,
+logging and checkpoints run in the main process. runtime.mode=sequential: the actor fills a
+slot, then the learner learns from it, in turn: one process, deterministic for a seed, zero
+policy lag.
+
+The ring is `algo.queue_size` slots of T-step trajectories from N envs ([slots, T, N, ...],
+shared memory on CPU, CUDA IPC on GPU), each with the policy version μ that made it.
+"""
+from __future__ import annotations
+
+import torch
+
+from pql.algos.impala import Impala
+from pql.algos.ppo import make_gaussian_policy
+from pql.envs import build_env
+from pql.nets import ObsNormalizer
+from pql.runtime.device import synchronize, use_device
+from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
+from pql.runtime.shared import RunCounters, RunStats, SharedState, make_shared_state, notify_all
+from pql.runtime.supervisor import ProcessRuntime, role_process, threads_per_process
+from pql.runtime.waiting import Waiter
+from pql.runtime.weight_sync import WeightsReader
+
+
+class QueueCounters(RunCounters):
+    """published: trajectory batches the actor has put in the queue (writer: actor); taken: those
+    the learner has taken out (writer: learner)."""
+
+    slots = ("published", "taken")
+    progress = ("published", "taken")
+
+
+class TrajectoryQueue:
+    """IMPALA's schedule: the actor may fill a slot while one is free, the learner may take one
+    while one is full. No ratio: the queue's size bounds how far the actor runs ahead."""
+
+    def __init__(self, counters: QueueCounters, slots: int):
+        self.counters, self.slots = counters, slots
+
+    def slot_free(self) -> bool:
+        return self.counters.published - self.counters.taken < self.slots
+
+    def slot_full(self) -> bool:
+        return self.counters.taken < self.counters.published
+
+    def started(self) -> bool:
+        return self.counters.published > 0 and self.counters.taken > 0
+
+
+def trajectory_ring_spec(obs_dim: int, act_dim: int) -> dict:
+    """A trajectory and, for each step, the version of the policy μ that chose its action."""
+    return {**trajectory_spec(obs_dim, act_dim), "behaviour_version": ((), torch.int64)}
+
+
+def make_waiter(cfg, shared: SharedState, queue: TrajectoryQueue) -> Waiter:
+    return Waiter(shared.counters, shared.condition, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
+                  queue.started)
+
+
+class ImpalaActor:
+    """Rolls out T-step trajectories into free queue slots with its lagging policy copy μ."""
+
+    def __init__(self, cfg, shared: SharedState, queue: TrajectoryQueue, device):
+        self.cfg, self.shared, self.queue, self.device = cfg, shared, queue, device
+        env = build_env(cfg.task, cfg.task.num_envs, device, cfg.runtime.seed)
+        self.policy = make_gaussian_policy(cfg.algo, env.obs_dim, env.act_dim).to(device)
+        self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
+        normalizer = ObsNormalizer(env.obs_dim).to(device)
+        WeightsReader(shared.weights["normalizer"], normalizer).pull_latest()  # the statistics of a resumed run
+        self.worker = RolloutWorker(env, normalizer, shared.counters.episodes)
+
+    def done(self) -> bool:
+        return self.shared.counters.env_steps >= self.cfg.runtime.max_env_steps
+
+    def ready(self) -> bool:
+        if self.done():  # the learner takes every slot published before it stops
+            self.shared.counters.actor_done = 1
+            notify_all(self.shared.condition)
+            return False
+        return self.queue.slot_free()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        shared, c = self.shared, self.shared.counters
+        self.policy_reader.pull()
+        slot = c.published % self.queue.slots
+        self.worker.collect(self.policy, {k: v[slot] for k, v in shared.ring.items()})
+        shared.ring["behaviour_version"][slot] = self.policy_reader.version
+        shared.weights["normalizer"].publish(self.worker.normalizer)
+        self.worker.episodes.report(shared)
+        synchronize(self.device)  # the slot is whole before it is published: one wait per trajectory
+        c.env_steps += self.cfg.algo.unroll * self.cfg.task.num_envs
+        shared.add("published")
+
+
+def actor_main(cfg, shared: SharedState, threads: int) -> None:
+    """Entry point of the actor process."""
+    with role_process("actor", shared, threads):
+        device = use_device(cfg.runtime.device)
+        # A resumed run does not replay the noise of the first launch.
+        torch.manual_seed(cfg.runtime.seed + 1 + shared.counters.env_steps)
+        queue = TrajectoryQueue(shared.counters, cfg.algo.queue_size)
+        actor = ImpalaActor(cfg, shared, queue, device)
+        while make_waiter(cfg, shared, queue).wait(actor.ready, lambda: None, "a free trajectory slot"):
+            actor.step()
+
+
+class ImpalaRunner:
+    @staticmethod
+    def make_policy(cfg, obs_dim: int, act_dim: int):
+        return make_gaussian_policy(cfg.algo, obs_dim, act_dim)
+
+    def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
+        self.cfg, self.device = cfg, device
+        self.impala = Impala(cfg.algo, obs_dim, act_dim, device)
+        self.normalizer = ObsNormalizer(obs_dim).to(device)
+        self.ctx = None
+        if cfg.runtime.mode == "process":
+            import torch.multiprocessing as mp
+
+            self.ctx = mp.get_context("spawn")
+        self.shared = make_shared_state(QueueCounters(), RunStats(), trajectory_ring_spec(obs_dim, act_dim),
+                                        (cfg.algo.queue_size, cfg.algo.unroll, cfg.task.num_envs), device,
+                                        {"policy": self.impala.policy, "normalizer": self.normalizer}, self.ctx)
+        self.counters = self.shared.counters
+        self.updates = 0
+        if resume is not None:
+            self.impala.load_state_dict(resume["roles"]["learner"])
+            self.normalizer.load_state_dict(resume["normalizer"])
+            self.counters.env_steps, self.updates = resume["counters"]["env_steps"], resume["counters"]["updates"]
+            self.counters.episodes = resume["counters"]["episodes"]
+        self.shared.weights["policy"].publish(self.impala.policy, wait=True)
+        self.shared.weights["normalizer"].publish(self.normalizer, wait=True)
+        self.normalizer_reader = WeightsReader(self.shared.weights["normalizer"], self.normalizer)
+        self.queue = TrajectoryQueue(self.counters, cfg.algo.queue_size)
+        self.waiter = make_waiter(cfg, self.shared, self.queue)
+        self.lag_sum = self.lag_count = 0
+        self.info: dict = {}
+        self.processes = None
+
+    def run(self, monitor) -> None:
+        if self.ctx is None:
+            actor = ImpalaActor(self.cfg, self.shared, self.queue, self.device)
+            self._learn(monitor, lambda: actor.ready() and actor.step())
+            return
+        # The learner runs in this process: the actor gets half the cores.
+        self.processes = ProcessRuntime(self.shared, {"actor": self.ctx.Process(
+            target=actor_main, name="pql-actor", daemon=True, args=(self.cfg, self.shared, threads_per_process(self.cfg, 2)))})
+        self.processes.start()
+
+        def fill() -> None:
+            self.processes.check()
+            if not self.waiter.wait(lambda: self.queue.slot_full() or bool(self.counters.actor_done),
+                                    self.processes.check, "a trajectory from the actor"):
+                self.processes.check()  # stopped: only a failing actor stops the run early
+
+        self._learn(monitor, fill)
+
+    def _learn(self, monitor, fill) -> None:
+        """fill() makes a trajectory available (or returns once the actor is done)."""
+        while not monitor.should_stop():
+            fill()
+            if not self.queue.slot_full():  # the actor is done and every trajectory it made was learnt from
+                break
+            self.info = self._update()
+            self.normalizer_reader.pull()
+            monitor.tick()
+        self.normalizer_reader.pull_latest()
+        monitor.tick(final=True)
+
+    def _update(self) -> dict:
+        """Take the oldest trajectory out of the queue and apply the V-trace update to it."""
+        shared = self.shared
+        slot = self.counters.taken % self.queue.slots
+        traj = {k: v[slot].clone() for k, v in shared.ring.items()}
+        # Policy lag: the learner's version minus the version μ that made the trajectory.
+        self.lag_sum += shared.weights["policy"].current_version() - traj.pop("behaviour_version").double().mean().item()
+        self.lag_count += 1
+        synchronize(self.device)  # the copy is done before the slot is freed: one wait per trajectory
+        shared.add("taken")
+        info = self.impala.update(traj)
+        self.updates += 1
+        if self.updates % self.cfg.runtime.policy_publish_every == 0:
+            shared.weights["policy"].publish(self.impala.policy)
+        return info
+
+    def counts(self) -> dict:
+        return {"env_steps": self.counters.env_steps, "learner": self.updates}
+
+    def scalars(self) -> dict:
+        lag = self.lag_sum / max(self.lag_count, 1)  # mean policy lag since the last call
+        self.lag_sum = self.lag_count = 0
+        return {**self.info, "policy/version_lag": lag, "train/return": self.shared.stats.train_return,
+                "train/length": self.shared.stats.train_length, "train/episodes": self.counters.episodes}
+
+    def policy_version(self) -> int:
+        return self.updates
+
+    def latest_policy(self) -> tuple:
+        return self.impala.policy, self.normalizer, self.updates
+
+    def checkpoint(self) -> dict:
+        return {"counters": {"env_steps": self.counters.env_steps, "episodes": self.counters.episodes,
+                             "updates": self.updates},
+                "policy": self.impala.policy.state_dict(), "normalizer": self.normalizer.state_dict(),
+                "roles": {"learner": self.impala.state_dict()}}
+
+    def close(self) -> None:
+        if self.processes is not None:
+            self.processes.stop()
