@@ -8,7 +8,7 @@ it costs in return.
 Prints three tables:
 1. policy inference: the actor's call (explore on normalised observations) in ms at the task's
    CPU default num_envs and at 4096, and the cost of refreshing the inference copy, which the actor
-   pays at every policy version it picks up (every actor step at runtime.policy_sync_every=1);
+   pays at every policy version it picks up (every actor step at runtime.actor_pull_every=1);
 2. the real actor role's env steps/s, with a new policy version before every step (as in a run,
    where the P-learner publishes beta_av/beta_pv times per actor step) and with a fixed policy;
 3. the evaluation return of one policy, trained for --train-seconds (sequential mode) or read

@@ -29,16 +29,28 @@ class ConfigError(ValueError):
 
 
 def _opt(default, allowed: Union[str, Callable[[], str]], check: Callable[[Any], bool] = lambda v: True,
-         doc: str = ""):
+         doc: str = "", on_device: Optional[tuple] = None):
     """A field with its constraint, checked by `_build` (None always passes for Optional fields).
 
     allowed: what the error line expects (a callable for text built from names defined later);
-    doc: what the key means, where `allowed` does not say it (README's reference shows both).
+    doc: what the key means, where `allowed` does not say it (README's reference shows both);
+    on_device: (on CUDA, on CPU), what null becomes (`apply_device_defaults`); a string names the
+    sibling key whose value it takes.
     """
-    metadata = {"allowed": allowed, "check": check, "doc": doc}
+    if on_device is not None:
+        allowed = f"{allowed} (null: {_device_text(on_device[0])} on CUDA, {_device_text(on_device[1])} on CPU)"
+    metadata = {"allowed": allowed, "check": check, "doc": doc, "on_device": on_device}
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def _device_text(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f"`{value}`"
+    return f"{value:,}"
 
 
 def _allowed(f: dataclasses.Field) -> str:
@@ -88,7 +100,7 @@ def _algo_name(default=dataclasses.MISSING):
 class TaskConfig:
     name: str = _opt("Ant", "one of Ant, Humanoid, HalfCheetah, Hopper, InvertedPendulum (tasks.TASK_NAMES), "
                             "or isaacgym/<Task>", doc="the task, picked with `task=<Task>` (docs/tasks.md)")
-    num_envs: Optional[int] = _opt(None, "an integer > 0 (null: 4096 on CUDA, task.cpu_num_envs on CPU)", _positive,
+    num_envs: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(4096, "cpu_num_envs"),
                                    doc="training envs")
     backend: str = _opt("auto", "one of auto, mujoco, mjwarp", _one_of("auto", "mujoco", "mjwarp"),
                         doc="the simulator: mujoco (MuJoCo C on CPU threads) or mjwarp (MuJoCo Warp); auto: mjwarp "
@@ -125,7 +137,7 @@ class OffPolicyConfig:
     gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
     nstep: int = _opt(3, "an integer >= 1", _at_least_one, doc="n of the n-step returns")
     tau: float = _opt(0.05, "a number in (0, 1]", _discount, doc="soft-update rate of the target critic")
-    batch_size: Optional[int] = _opt(None, "an integer > 0 (null: 8192 on CUDA, 256 on CPU)", _positive,
+    batch_size: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(8192, 256),
                                      doc="transitions sampled per update")
     critic_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of the critic")
     actor_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of the policy")
@@ -253,7 +265,7 @@ ALGORITHMS = {
 class ReplayConfig:
     kind: str = _opt("uniform", "one of uniform, prioritized", _one_of("uniform", "prioritized"),
                      doc="how the critic's batches are sampled")
-    capacity: Optional[int] = _opt(None, "an integer > 0 (null: 5,000,000 on CUDA, 1,000,000 on CPU)", _positive,
+    capacity: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(5_000_000, 1_000_000),
                                    doc="transitions the replay holds")
     priority_mode: str = _opt("proportional", "one of proportional, rank", _one_of("proportional", "rank"),
                               doc="proportional p = (|δ| + ε)^α, or rank p = (1/rank)^α")
@@ -288,15 +300,17 @@ class RuntimeConfig:
                        lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()),
                        doc="every process of the run makes that GPU its current device; auto: cuda if there is one")
     seed: int = _opt(0, "an integer >= 0", _non_negative, doc="random seed")
-    max_env_steps: Optional[int] = _opt(None, "an integer > 0 (null: 20M on CUDA, 300k on CPU)", _positive,
+    max_env_steps: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(20_000_000, 300_000),
                                         doc="env steps of training")
     max_time_s: Optional[float] = _opt(None, "a number > 0 (null: no wall-time limit)", _positive,
                                        doc="wall-time limit in seconds")
     stop_at_return: Optional[float] = _opt(None, "a number or null",
                                            doc="stop once an evaluation reaches this return (that evaluation is the "
                                                "run's final one)")
-    eval_every: Optional[int] = _opt(None, "an integer > 0 (env steps between evaluations; null: 2M on CUDA, 20k on CPU)", _positive)
-    checkpoint_every: Optional[int] = _opt(None, "an integer > 0 (env steps between checkpoints; null: 5M on CUDA, 100k on CPU)", _positive)
+    eval_every: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(2_000_000, 20_000),
+                                   doc="env steps between evaluations")
+    checkpoint_every: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(5_000_000, 100_000),
+                                         doc="env steps between checkpoints")
     policy_publish_every: int = _opt(1, "an integer >= 1", _at_least_one,
                                      doc="policy updates between publications of the policy weights (P-learner; "
                                          "IMPALA's learner)")
@@ -311,7 +325,7 @@ class RuntimeConfig:
     startup_timeout_s: float = _opt(1800.0, "a number > 0 (the stall limit until every role has made progress)",
                                     _positive, doc="covers building envs, Warp compiling its kernels cold and CUDA "
                                                    "graph capture")
-    compile: Optional[bool] = _opt(None, "true, false or null (null: true on CUDA, false on CPU)",
+    compile: Optional[bool] = _opt(None, "true, false or null", on_device=(True, False),
                                    doc="the learners' updates compiled with torch.compile (CUDA graphs on CUDA)")
     log_every_s: float = _opt(10.0, "a number > 0", _positive, doc="seconds between console lines and scalar logs")
     torch_threads: Optional[int] = _opt(None, "an integer > 0 (null: cores shared out among the roles)", _positive,
@@ -489,22 +503,15 @@ def apply_device_defaults(cfg: Config):
     if on_gpu and cfg.actor.precision == "int8":
         raise ConfigError("actor.precision", "int8", "fp32 or bf16 on CUDA (int8 inference runs on the CPU only)")
 
-    # What fits the device: a GPU carries thousands of envs and large batches at hundreds of
-    # thousands of env steps/s; two CPU cores carry tens of envs at a few hundred.
-    def default(group, key: str, on_cuda: int, on_cpu: int) -> None:
-        if getattr(group, key) is None:
-            setattr(group, key, on_cuda if on_gpu else on_cpu)
-
+    # What fits the device (each field's on_device): a GPU carries thousands of envs and large
+    # batches at hundreds of thousands of env steps/s; two CPU cores carry tens of envs at a few hundred.
+    for group in (cfg.task, cfg.algo, cfg.replay, cfg.runtime):
+        for f in dataclasses.fields(group):
+            on_device = f.metadata.get("on_device")
+            if on_device is not None and getattr(group, f.name) is None:
+                value = on_device[0 if on_gpu else 1]
+                setattr(group, f.name, getattr(group, value) if isinstance(value, str) else value)
     runtime = cfg.runtime
-    if runtime.compile is None:
-        runtime.compile = on_gpu
-    default(cfg.task, "num_envs", 4096, cfg.task.cpu_num_envs)
-    if isinstance(cfg.algo, OffPolicyConfig):
-        default(cfg.algo, "batch_size", 8192, 256)
-    default(cfg.replay, "capacity", 5_000_000, 1_000_000)
-    default(runtime, "max_env_steps", 20_000_000, 300_000)
-    default(runtime, "eval_every", 2_000_000, 20_000)
-    default(runtime, "checkpoint_every", 5_000_000, 100_000)
     replay = cfg.replay
     if replay.rerank_every is not None and replay.capacity // replay.rerank_every > RERANK_WARN_ITEMS_PER_UPDATE:
         print(f"pql: warning: replay.rerank_every={replay.rerank_every} re-sorts all {replay.capacity:,} items every "

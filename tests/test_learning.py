@@ -6,8 +6,12 @@ import torch
 
 import tasks
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
-from pql.envs import to_env_action
+from pql.checkpoint import load_checkpoint
+from pql.envs import build_env, to_env_action
+from pql.nets import ObsNormalizer
 from pql.runtime import train
+from pql.runtime.off_policy.roles import make_rules
+from pql.runtime.run import EVAL_SEED_OFFSET
 
 PENDULUM = ["task=InvertedPendulum", "task.num_envs=16", "runtime.max_env_steps=2000000", "runtime.max_time_s=170",
             "runtime.eval_every=2000", "runtime.stop_at_return=900", "runtime.log_every_s=15",
@@ -37,43 +41,53 @@ def test_pql_with_prioritized_replay_solves_inverted_pendulum(make_config, prior
                                  f"replay.priority_mode={priority_mode}"])
 
 
-def random_policy_return(name: str, num_envs: int, seed: int) -> float:
-    env = tasks.make(name, num_envs=num_envs, device="cpu", seed=seed)
-    env.reset()
-    gen = torch.Generator().manual_seed(seed)
-    returns, running = torch.zeros(num_envs), torch.ones(num_envs, dtype=torch.bool)
+@torch.no_grad()
+def forward_distance_and_return(env, act) -> tuple[float, float]:
+    """Mean x-distance (m) the torso travels in one episode per env under act(obs), and the mean return."""
+    obs = env.reset()
+    start = env.task.position(env.physics.state)[:, 0].clone()
+    distance, returns = torch.zeros(env.num_envs), torch.zeros(env.num_envs)
+    running = torch.ones(env.num_envs, dtype=torch.bool)
     for _ in range(env.max_episode_steps):
-        action = torch.rand((num_envs, env.act_dim), generator=gen) * 2 - 1
-        _, reward, term, trunc, _ = env.step(to_env_action(action, env))
+        obs, reward, term, trunc, _ = env.step(to_env_action(act(obs), env))
         returns += reward * running
         running &= ~(term | trunc)
+        # An env that just finished was reset inside step: its distance stays the one before.
+        distance = torch.where(running, env.task.position(env.physics.state)[:, 0] - start, distance)
         if not running.any():
             break
-    return float(returns.mean())
+    return float(distance.mean()), float(returns.mean())
 
 
-ANT_MARGIN = 150.0
-# Ant on two CPU cores runs ~60 critic updates/s, so three minutes is ~10k updates: enough to
-# learn to stay up and stop wasting torque, not to walk. The untrained tanh policy outputs small
-# torques and stands still (return ~900); the first critic updates make it fall (return < 0) and
-# PQL then recovers from its own experience. So the test asks for both: the final policy beats
-# the uniform-random policy by ANT_MARGIN, and it improved by ANT_MARGIN on its worst evaluation
-# (which an untrained or frozen policy could not). These settings learn more steadily on a CPU
-# than the GPU-sized defaults (README, "Ant on a CPU").
+# Ant, sequential mode, an env-step budget rather than a wall-time one: the run is the same on any
+# machine as fast as this one's CPU kind (about 4 minutes on this project's 2-core VM). An Ant
+# that stands still scores about 1,000 (one per step alive, no torque spent) and goes nowhere; the
+# untrained policy stands, the first updates make it fall, and PQL learns back from its own
+# data (README, "Ant on a CPU"). So the test asks that the final policy beats standing still,
+# and that it walks: its torso travels at least ANT_MIN_DISTANCE along +x in an episode.
 ANT_CPU = ["algo.batch_size=256", "algo.warmup_steps=400", "algo.noise_std_max=0.4", "algo.actor_lr=1e-4",
            "algo.tau=0.01"]
+ANT_ENV_STEPS = 200_000
+ANT_MIN_DISTANCE = 10.0  # metres; standing still: ~0.1, the run measured for README: ~60
 
 
 @pytest.mark.slow
-def test_short_ant_run_beats_random_policy(make_config, tmp_path):
-    random_return = random_policy_return("Ant", 10, seed=10_000)
-    cfg = make_config(["task=Ant", "runtime.mode=sequential", "runtime.max_env_steps=10000000", "runtime.max_time_s=180",
-                       "runtime.eval_every=12800", "runtime.log_every_s=30", "runtime.checkpoint_every=1000000000",
+def test_ant_learns_to_walk(make_config, tmp_path):
+    cfg = make_config(["task=Ant", "runtime.mode=sequential", f"runtime.max_env_steps={ANT_ENV_STEPS}",
+                       "runtime.eval_every=20000", "runtime.log_every_s=30", "runtime.checkpoint_every=1000000000",
                        *ANT_CPU])
     final = train(cfg)
     evals = read_metrics(str(tmp_path / METRICS_CSV))[EVAL_RETURN]
-    evals = evals[np.isfinite(evals)]
-    print(f"Ant: random policy {random_return:.1f}; pql evaluations {np.round(evals).tolist()} "
-          f"over {final['time/elapsed_s']:.0f}s")
-    assert final[EVAL_RETURN] >= random_return + ANT_MARGIN, (random_return, final)
-    assert final[EVAL_RETURN] >= evals.min() + ANT_MARGIN, evals
+    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    env = build_env(cfg.task, cfg.task.eval_envs, "cpu", cfg.runtime.seed + EVAL_SEED_OFFSET)
+    policy = make_rules(cfg, env.obs_dim, env.act_dim).make_policy()
+    policy.load_state_dict(state["policy"])
+    normalizer = ObsNormalizer(env.obs_dim)
+    normalizer.load_state_dict(state["normalizer"])
+    distance, _ = forward_distance_and_return(env, lambda obs: policy(normalizer(obs)))
+    standing_distance, standing = forward_distance_and_return(env, lambda obs: torch.zeros(len(obs), env.act_dim))
+    print(f"Ant: standing still {standing:.0f} ({standing_distance:.2f} m); pql evaluations "
+          f"{np.round(evals[np.isfinite(evals)]).tolist()} over {final['time/elapsed_s']:.0f}s; final policy "
+          f"walks {distance:.1f} m")
+    assert final[EVAL_RETURN] > standing, (standing, final)
+    assert distance >= ANT_MIN_DISTANCE, distance

@@ -12,7 +12,11 @@ import torch
 
 from pql.checkpoint import load_checkpoint
 from pql.config import ConfigError
+from pql.envs import build_env
+from pql.evaluate import evaluate
+from pql.nets import ObsNormalizer
 from pql.runtime import train
+from pql.runtime.run import EVAL_SEED_OFFSET
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,11 +154,20 @@ def test_actor_priorities_reach_the_replay(make_config):
 
 
 def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
+    """test=true evaluates the checkpoint's policy with its observation statistics: the same
+    numbers as evaluating them by hand on envs seeded as the run's evaluation envs."""
     cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=300"], run_dir=tmp_path / "run")
     train(cfg)
     ckpt = tmp_path / "run" / "checkpoint.pt"
     result = train(make_config(SMALL + ["test=true", f"checkpoint={ckpt}"], run_dir=tmp_path / "eval"))
-    assert result["eval/length"] >= 1 and "mean return" in capsys.readouterr().out
+    assert "mean return" in capsys.readouterr().out
+    state = load_checkpoint(ckpt)
+    policy = make_rules(cfg, 4, 1).make_policy()
+    policy.load_state_dict(state["policy"])
+    normalizer = ObsNormalizer(4)
+    normalizer.load_state_dict(state["normalizer"])
+    env = build_env(cfg.task, cfg.task.eval_envs, "cpu", cfg.runtime.seed + EVAL_SEED_OFFSET)
+    assert (result["eval/return"], result["eval/length"]) == evaluate(env, policy, normalizer)
 
 
 @contextlib.contextmanager

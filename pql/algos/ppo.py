@@ -1,7 +1,7 @@
 """PPO's update rules (Schulman et al., 2017) with generalised advantage estimation (Schulman et
 al., 2016): the on-policy baseline.
 
-The runner (pql/runtime/ppo_runner.py) fills a rollout of T steps from N envs with the Gaussian
+The runner (pql/runtime/on_policy/ppo_runner.py) fills a rollout of T steps from N envs with the Gaussian
 policy; `PPO.update` turns it into advantages and runs `epochs` passes of `minibatches` steps of
 the clipped objective over it. Observations given here are normalised; actions are the raw
 Gaussian samples (the runtime clips what it sends to the envs), so log-probabilities are exact.
