@@ -35,30 +35,34 @@ EVAL_SEED_OFFSET = 10_000  # evaluation envs draw other initial states than the 
 
 
 class Runner(Protocol):
-    """What a runner supplies to `run`.
-
-    __init__(cfg, device, obs_dim, act_dim, resume): build the roles, restored from `resume` (the
-        checkpoint's state, or None).
-    make_policy(cfg, obs_dim, act_dim): (static) an untrained policy module of this algorithm.
-    run(monitor): train until the env-step budget is spent or monitor.should_stop(), calling
-        monitor.tick() as it goes and monitor.tick(final=True) last, while its roles still run.
-    counts(): {"env_steps": n, role: updates of that role, ...}, for the rates.
-    scalars(): the latest losses and training-episode statistics.
-    policy_version(): the version of the newest policy (0: none made yet, nothing to evaluate).
-    latest_policy(): (policy module, normalizer, version) of the newest policy, for evaluation.
-    checkpoint(): {"counters", "policy", "normalizer", "roles"} of the checkpoint layout above.
-    close(): release what run() started (processes, envs); called however the run ends.
-    """
+    """What a runner supplies to `train`: `__init__(cfg, device, obs_dim, act_dim, resume)` builds
+    its roles, restored from `resume` (the checkpoint's state, or None), and these."""
 
     @staticmethod
-    def make_policy(cfg, obs_dim: int, act_dim: int) -> nn.Module: ...
-    def run(self, monitor: "Monitor") -> None: ...
-    def counts(self) -> dict: ...
-    def scalars(self) -> dict: ...
-    def policy_version(self) -> int: ...
-    def latest_policy(self) -> tuple: ...
-    def checkpoint(self) -> dict: ...
-    def close(self) -> None: ...
+    def make_policy(cfg, obs_dim: int, act_dim: int) -> nn.Module:
+        """An untrained policy module of this algorithm (test=true loads the checkpoint's into it)."""
+
+    def run(self, monitor: "Monitor") -> None:
+        """Train until the env-step budget is spent or monitor.should_stop(), calling
+        monitor.tick() as it goes and monitor.tick(final=True) last, while the roles still run."""
+
+    def counts(self) -> dict:
+        """{"env_steps": n, role: updates of that role, ...}, for the rates."""
+
+    def scalars(self) -> dict:
+        """The latest losses and training-episode statistics."""
+
+    def policy_version(self) -> int:
+        """The version of the newest policy (0: none made yet, nothing to evaluate)."""
+
+    def latest_policy(self) -> tuple:
+        """(policy module, normalizer, version) of the newest policy, for evaluation."""
+
+    def checkpoint(self) -> dict:
+        """{"counters", "policy", "normalizer", "roles"} of the checkpoint layout above."""
+
+    def close(self) -> None:
+        """Release what run() started (processes, envs); called however the run ends."""
 
 
 def train(cfg) -> dict:
