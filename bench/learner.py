@@ -121,7 +121,7 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
 def standalone_actor(cfg, algo, obs_dim: int, act_dim: int, device):
     """The real actor role with no learner: -> (actor, step), where step() makes one actor step
     and frees its ring slot at once, as if both learners had copied it."""
-    shared = make_shared(cfg, algo, obs_dim, act_dim, device)
+    shared = make_shared(cfg, algo, obs_dim, act_dim)
     cfg.runtime.max_env_steps = 10 ** 15
     ratios = make_ratios(cfg, shared)
     actor = build_role("actor", cfg, shared, algo, device, ratios, obs_dim, act_dim, fresh_start=False)

@@ -86,6 +86,10 @@ def _layer_widths(v) -> bool:
     return len(v) > 0 and all(h > 0 for h in v)
 
 
+def _device_name(v) -> bool:
+    return v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit())
+
+
 def _algo_names() -> str:
     return f"one of {', '.join(ALGORITHMS)}"
 
@@ -296,9 +300,16 @@ class ActorConfig:
 class RuntimeConfig:
     mode: str = _opt("process", "one of process, sequential", _one_of("process", "sequential"),
                      doc="process: each role in a process of its own; sequential: the roles in one process")
-    device: str = _opt("auto", "auto, cpu, cuda or cuda:<index>",
-                       lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()),
+    device: str = _opt("auto", "auto, cpu, cuda or cuda:<index>", _device_name,
                        doc="every process of the run makes that GPU its current device; auto: cuda if there is one")
+    actor_device: Optional[str] = _opt(None, "null, auto, cpu, cuda or cuda:<index>", _device_name,
+                                       doc="the actor's device (its envs, policy copy and the staging ring); "
+                                           "null: runtime.device")
+    v_learner_device: Optional[str] = _opt(None, "null, auto, cpu, cuda or cuda:<index>", _device_name,
+                                           doc="the V-learner's device (replay, critic); null: runtime.device")
+    p_learner_device: Optional[str] = _opt(None, "null, auto, cpu, cuda or cuda:<index>", _device_name,
+                                           doc="the P-learner's device (observation replay, policy); null: "
+                                               "runtime.device")
     seed: int = _opt(0, "an integer >= 0", _non_negative, doc="random seed")
     max_env_steps: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(20_000_000, 300_000),
                                         doc="env steps of training")
@@ -475,7 +486,10 @@ def to_dict(cfg: Config) -> dict:
 RERANK_WARN_ITEMS_PER_UPDATE = 65_536
 
 
-def _resolve_device(value: str) -> str:
+ROLE_DEVICE_KEYS = ("actor_device", "v_learner_device", "p_learner_device")
+
+
+def _resolve_device(value: str, key: str = "runtime.device") -> str:
     """"auto", "cpu", "cuda" or "cuda:N" -> "cpu" or "cuda:N" of a device this machine has."""
     import torch
 
@@ -484,13 +498,29 @@ def _resolve_device(value: str) -> str:
     if value == "cpu":
         return value
     if not torch.cuda.is_available():
-        raise ConfigError("runtime.device", value, "cpu or auto: no CUDA device is available")
+        raise ConfigError(key, value, "cpu or auto: no CUDA device is available")
     count = torch.cuda.device_count()
     index = int(value[5:]) if value.startswith("cuda:") else torch.cuda.current_device()
     if index >= count:
-        raise ConfigError("runtime.device", value, f"cpu, auto, cuda or cuda:<index> with index < {count} "
-                                                   f"(this machine has {count} CUDA device(s))")
+        raise ConfigError(key, value, f"cpu, auto, cuda or cuda:<index> with index < {count} "
+                                      f"(this machine has {count} CUDA device(s))")
     return f"cuda:{index}"
+
+
+def _resolve_role_devices(cfg: Config, device: str) -> None:
+    """Each role's device: its own key, or runtime.device. Only PQL's three roles are placed."""
+    runtime = cfg.runtime
+    for key in ROLE_DEVICE_KEYS:
+        value = getattr(runtime, key)
+        if value is not None and not isinstance(cfg.algo, OffPolicyConfig):
+            raise ConfigError(f"runtime.{key}", value, f"null with algo={cfg.algo.name} (role placement is for "
+                                                       "pql, pql_d and sac; use runtime.device)")
+        setattr(runtime, key, device if value is None else _resolve_device(value, f"runtime.{key}"))
+    placed = {getattr(runtime, key) for key in ROLE_DEVICE_KEYS}
+    # One process makes one GPU current: Triton launches and streams would land on it for every role.
+    if runtime.mode == "sequential" and len(placed) > 1:
+        raise ConfigError("runtime.mode", "sequential", "process when the roles are on different devices ("
+                          + ", ".join(f"runtime.{key}={getattr(runtime, key)}" for key in ROLE_DEVICE_KEYS) + ")")
 
 
 def apply_device_defaults(cfg: Config):
@@ -499,8 +529,9 @@ def apply_device_defaults(cfg: Config):
     import torch
 
     device = cfg.runtime.device = _resolve_device(cfg.runtime.device)
+    _resolve_role_devices(cfg, device)
     on_gpu = device.startswith("cuda")
-    if on_gpu and cfg.actor.precision == "int8":
+    if cfg.runtime.actor_device.startswith("cuda") and cfg.actor.precision == "int8":
         raise ConfigError("actor.precision", "int8", "fp32 or bf16 on CUDA (int8 inference runs on the CPU only)")
 
     # What fits the device (each field's on_device): a GPU carries thousands of envs and large
@@ -522,7 +553,9 @@ def apply_device_defaults(cfg: Config):
           f"mode={cfg.runtime.mode}" + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
           + f" replay={cfg.replay.kind}:{cfg.replay.capacity:,} max_env_steps={runtime.max_env_steps:,} "
           f"eval_every={runtime.eval_every:,} checkpoint_every={runtime.checkpoint_every:,}"
-          + (f" compile={str(runtime.compile).lower()}" if on_gpu or runtime.compile else ""), flush=True)
+          + (f" compile={str(runtime.compile).lower()}" if on_gpu or runtime.compile else "")
+          + ("" if {getattr(runtime, k) for k in ROLE_DEVICE_KEYS} == {device} else " placement="
+             + ",".join(f"{k[:-len('_device')]}:{getattr(runtime, k)}" for k in ROLE_DEVICE_KEYS)), flush=True)
     return torch.device(device)
 
 

@@ -14,7 +14,7 @@ from pql.runtime import train
 from pql.runtime.control import RatioController, RatioCounters
 from pql.runtime.off_policy.learners import compile_update
 from pql.runtime.off_policy.precision import InferenceCopy, _bf16_copy
-from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
+from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_device
 from pql.runtime.waiting import StallError, Waiter
 
 from test_runtime import SMALL
@@ -53,6 +53,32 @@ def test_cuda_devices_resolve_to_an_index(make_config, fake_cuda, value, resolve
 def test_a_gpu_the_machine_lacks_is_a_config_error(make_config, fake_cuda):
     with pytest.raises(ConfigError, match=r"runtime.device='cuda:2'.*index < 2 \(this machine has 2"):
         apply_device_defaults(make_config(["runtime.device=cuda:2"]))
+
+
+PAPER_LAYOUT = ["runtime.actor_device=cuda:0", "runtime.v_learner_device=cuda:1", "runtime.p_learner_device=cuda:1"]
+
+
+def test_roles_are_placed_on_their_devices(make_config, fake_cuda):
+    """The PQL paper's layout: the simulator on one GPU, both learners on another. Each part of the
+    shared state lives on its writer's device."""
+    cfg = make_config(PAPER_LAYOUT + ["runtime.device=cuda:0"])
+    apply_device_defaults(cfg)
+    assert (cfg.runtime.actor_device, cfg.runtime.v_learner_device, cfg.runtime.p_learner_device) == \
+        ("cuda:0", "cuda:1", "cuda:1")
+    assert [str(role_device(cfg, n)) for n in ("actor", "v_learner", "p_learner")] == ["cuda:0", "cuda:1", "cuda:1"]
+    cfg = make_config(["runtime.device=cuda:1"])
+    apply_device_defaults(cfg)
+    assert {cfg.runtime.actor_device, cfg.runtime.v_learner_device, cfg.runtime.p_learner_device} == {"cuda:1"}
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["runtime.v_learner_device=cuda:2"], r"runtime.v_learner_device='cuda:2'.*index < 2"),
+    (PAPER_LAYOUT + ["runtime.mode=sequential"], r"runtime.mode='sequential'.*process when the roles are on different"),
+    (["algo=ppo", "runtime.actor_device=cuda:1"], r"runtime.actor_device='cuda:1'.*null with algo=ppo"),
+])
+def test_impossible_placements_are_config_errors(make_config, fake_cuda, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        apply_device_defaults(make_config(overrides))
 
 
 def test_int8_actor_on_cuda_is_a_config_error(make_config, fake_cuda):
@@ -177,7 +203,7 @@ def test_role_state_loads_from_a_cpu_checkpoint(make_config, tmp_path):
     algo = make_rules(cfg, 4, 1)
 
     def roles():
-        shared = make_shared(cfg, algo, 4, 1, device)
+        shared = make_shared(cfg, algo, 4, 1)
         ratios = make_ratios(cfg, shared)
         return {name: build_role(name, cfg, shared, algo, device, ratios, 4, 1, fresh_start=True)
                 for name in ("actor", "v_learner", "p_learner")}

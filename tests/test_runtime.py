@@ -33,11 +33,21 @@ def measured_ratios(counters: dict, warmup_steps: int = 4) -> tuple[float, float
 
 @pytest.mark.slow
 def test_process_mode_holds_the_configured_ratios(make_config):
-    cfg = make_config(SMALL + ["runtime.mode=process", "runtime.max_env_steps=6000", "algo.beta_av=4", "algo.beta_pv=3"])
+    cfg = make_config(SMALL + ["runtime.mode=process", "runtime.max_env_steps=6000", "algo.beta_av=4", "algo.beta_pv=3",
+                               "runtime.actor_device=cpu", "runtime.v_learner_device=cpu", "runtime.p_learner_device=cpu"])
     train(cfg)
     beta_av, beta_pv = measured_ratios(load_checkpoint(os.path.join(cfg.run_dir, "checkpoint.pt"))["counters"])
     assert abs(beta_av - 4) / 4 < 0.05, beta_av
     assert abs(beta_pv - 3) / 3 < 0.05, beta_pv
+
+
+def test_placement_on_a_machine_without_those_gpus_is_one_line(tmp_path):
+    cmd = [sys.executable, "train.py", *SMALL, "runtime.actor_device=cuda:0", "runtime.v_learner_device=cuda:1",
+           "runtime.p_learner_device=cuda:1", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("pql: config error: runtime.actor_device='cuda:0' is not allowed; expected cpu or "
+                                   "auto: no CUDA device is available")
 
 
 def test_sequential_mode_is_deterministic(make_config, tmp_path):
@@ -141,7 +151,7 @@ def test_actor_priorities_reach_the_replay(make_config):
 
     device = apply_device_defaults(cfg)
     algo = make_rules(cfg, 4, 1)
-    shared = make_shared(cfg, algo, 4, 1, device)
+    shared = make_shared(cfg, algo, 4, 1)
     roles = {name: build_role(name, cfg, shared, algo, device, make_ratios(cfg, shared), 4, 1, fresh_start=True)
              for name in ("actor", "v_learner")}
     for _ in range(shared.ring_slots):

@@ -127,7 +127,7 @@ def test_ring_slots_are_handed_over_only_once_their_copies_have_landed(make_conf
     cfg = make_config(SMALL + ["runtime.mode=sequential", "algo.nstep=1"])
     device = apply_device_defaults(cfg)
     algo = make_rules(cfg, 4, 1)
-    shared = make_shared(cfg, algo, 4, 1, device)
+    shared = make_shared(cfg, algo, 4, 1)
     c, slots = shared.counters, shared.ring_slots
     c.warmup_steps = 100
     ratios = make_ratios(cfg, shared)

@@ -56,8 +56,11 @@ class ReplayBuffer:
             td_abs = None if td_abs is None else td_abs[-self.capacity:]
             n = self.capacity
         indices = (self.cursor + torch.arange(n, device=self.device)) % self.capacity
+        # Asynchronous only into device memory: a non-blocking copy into host memory may be read
+        # here before it has landed.
+        non_blocking = self.device.type != "cpu"
         for k, store in self.storage.items():
-            store[indices] = batch[k].to(self.device, store.dtype, non_blocking=True)
+            store[indices] = batch[k].to(self.device, store.dtype, non_blocking=non_blocking)
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
         self.sampler.on_add(indices, None if td_abs is None else td_abs.to(self.device))

@@ -17,6 +17,7 @@ from pql.runtime.off_policy.learners import PLearner, VLearner
 from pql.runtime.shared import SharedState, make_shared_state
 from pql.runtime.supervisor import hand_in, role_process
 from pql.runtime.waiting import Waiter
+from pql.runtime.weight_sync import SharedWeights
 
 ROLE_NAMES = ("actor", "v_learner", "p_learner")
 STAGING_SLOTS_EXTRA = 2  # ring slots beyond max_lag, so a learner copying a slot never blocks the actor
@@ -27,12 +28,22 @@ def make_rules(cfg, obs_dim: int, act_dim: int):
     return ALGORITHMS[cfg.algo.name].load_rules()(cfg.algo, obs_dim, act_dim)
 
 
-def make_shared(cfg, algo, obs_dim: int, act_dim: int, device, ctx=None) -> SharedState:
-    """What the three roles share (ctx: a multiprocessing context, None for one process)."""
-    return make_shared_state(
+def role_device(cfg, name: str) -> torch.device:
+    """Where role `name` runs (runtime.<name>_device, resolved at start)."""
+    return torch.device(getattr(cfg.runtime, f"{name}_device"))
+
+
+def make_shared(cfg, algo, obs_dim: int, act_dim: int, ctx=None) -> SharedState:
+    """What the three roles share, each part on its writer's device: the ring and the observation
+    statistics on the actor's, the critic on the V-learner's, the policy on the P-learner's
+    (ctx: a multiprocessing context, None for one process)."""
+    shared = make_shared_state(
         RatioCounters(), LearnerStats(), staging_spec(obs_dim, act_dim),
-        (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), device,
-        {"policy": algo.make_policy(), "critic": algo.make_critic(), "normalizer": ObsNormalizer(obs_dim)}, ctx)
+        (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), role_device(cfg, "actor"),
+        {"normalizer": ObsNormalizer(obs_dim)}, ctx)
+    shared.weights["critic"] = SharedWeights(algo.make_critic(), role_device(cfg, "v_learner"))
+    shared.weights["policy"] = SharedWeights(algo.make_policy(), role_device(cfg, "p_learner"))
+    return shared
 
 
 def make_ratios(cfg, shared: SharedState) -> RatioController:
@@ -51,7 +62,7 @@ def role_main(name: str, cfg, shared: SharedState, obs_dim: int, act_dim: int, r
               threads: int) -> None:
     """Entry point of a role process."""
     with role_process(name, shared, threads):
-        device = use_device(cfg.runtime.device)
+        device = use_device(role_device(cfg, name))
         torch.manual_seed(cfg.runtime.seed + 17 * (ROLE_NAMES.index(name) + 1))
         ratios = make_ratios(cfg, shared)
         role = build_role(name, cfg, shared, make_rules(cfg, obs_dim, act_dim), device, ratios, obs_dim, act_dim,

@@ -9,7 +9,8 @@ import torch.multiprocessing as mp
 
 from pql.nets import ObsNormalizer
 from pql.runtime.control import RatioCounters
-from pql.runtime.off_policy.roles import ROLE_NAMES, build_role, make_ratios, make_rules, make_shared, role_main
+from pql.runtime.off_policy.roles import (ROLE_NAMES, build_role, make_ratios, make_rules, make_shared, role_device,
+                                          role_main)
 from pql.runtime.off_policy.sequential import interleave
 from pql.runtime.supervisor import POLL_S, ProcessRuntime, threads_per_process
 from pql.runtime.weight_sync import WeightsReader
@@ -24,7 +25,7 @@ class OffPolicyRunner:
         self.cfg, self.device, self.obs_dim, self.act_dim, self.resume = cfg, device, obs_dim, act_dim, resume
         algo = make_rules(cfg, obs_dim, act_dim)
         self.ctx = mp.get_context("spawn") if cfg.runtime.mode == "process" else None
-        self.shared = make_shared(cfg, algo, obs_dim, act_dim, device, self.ctx)
+        self.shared = make_shared(cfg, algo, obs_dim, act_dim, self.ctx)
         self.counters = self.shared.counters
         if resume is not None:
             self.counters.load(resume["counters"])
@@ -32,8 +33,8 @@ class OffPolicyRunner:
         self.ratios = make_ratios(cfg, self.shared)
         self.roles, self.processes = {}, None
         if self.ctx is None:
-            self.roles = {name: build_role(name, cfg, self.shared, algo, device, self.ratios, obs_dim, act_dim,
-                                           fresh_start=resume is None) for name in ROLE_NAMES}
+            self.roles = {name: build_role(name, cfg, self.shared, algo, role_device(cfg, name), self.ratios, obs_dim,
+                                           act_dim, fresh_start=resume is None) for name in ROLE_NAMES}
             for name, role in self.roles.items():
                 if resume is not None:
                     role.load_state_dict(resume["roles"][name])
