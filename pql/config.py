@@ -90,6 +90,12 @@ def _device_name(v) -> bool:
     return v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit())
 
 
+def _task_names() -> str:
+    from tasks import TASK_NAMES  # the one list of tasks lives with the simulators
+
+    return f"one of {', '.join(TASK_NAMES)}, or isaacgym/<Task>"
+
+
 def _algo_names() -> str:
     return f"one of {', '.join(ALGORITHMS)}"
 
@@ -102,8 +108,7 @@ def _algo_name(default=dataclasses.MISSING):
 
 @dataclass
 class TaskConfig:
-    name: str = _opt("Ant", "one of Ant, Humanoid, HalfCheetah, Hopper, InvertedPendulum (tasks.TASK_NAMES), "
-                            "or isaacgym/<Task>", doc="the task, picked with `task=<Task>` (docs/tasks.md)")
+    name: str = _opt("Ant", _task_names, doc="the task, picked with `task=<Task>` (docs/tasks.md)")
     num_envs: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(4096, "cpu_num_envs"),
                                    doc="training envs")
     backend: str = _opt("auto", "one of auto, mujoco, mjwarp", _one_of("auto", "mujoco", "mjwarp"),
@@ -434,11 +439,11 @@ def _build(cls, raw: Any, prefix: str, default=None):
 
 
 def _cross_checks(cfg: Config) -> None:
-    from tasks import TASK_NAMES  # the one list of tasks lives with the simulators
+    from tasks import TASK_NAMES
 
     name = cfg.task.name
     if not (name in TASK_NAMES or name.startswith("isaacgym/")):
-        raise ConfigError("task.name", name, f"one of {', '.join(TASK_NAMES)} or isaacgym/<Task>")
+        raise ConfigError("task.name", name, _task_names())
     # Isaac Gym allows one simulation per process, and the evaluation envs are one already.
     if name.startswith("isaacgym/") and cfg.runtime.mode != "process":
         raise ConfigError("runtime.mode", cfg.runtime.mode, "process with an Isaac Gym task (one simulation per "
@@ -476,9 +481,14 @@ def load_config(raw: dict) -> Config:
     return cfg
 
 
-def to_dict(cfg: Config) -> dict:
-    """The resolved config as plain data (stored in checkpoints and logs)."""
-    return dataclasses.asdict(cfg)
+def to_dict(value):
+    """A config (or any of its groups) as plain data, tuples as lists: what checkpoints, logs and
+    Hydra's ConfigStore hold."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: to_dict(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [to_dict(v) for v in value]
+    return value
 
 
 # Sorting more items than this per critic update costs more than the rest of a prioritized update
@@ -559,15 +569,6 @@ def apply_device_defaults(cfg: Config):
     return torch.device(device)
 
 
-def _plain(value):
-    """Dataclasses and tuples as dicts and lists."""
-    if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def register_configs() -> None:
     """Store the defaults in Hydra's ConfigStore, where cfg/config.yaml composes them from:
     `pql_base` (every group but algo) and one `algo` option per algorithm. Calling it again
@@ -579,11 +580,11 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
-    base = _plain(Config())
+    base = to_dict(Config())
     del base["algo"]
     store.store(name="pql_base", node=base)
     for name, algorithm in ALGORITHMS.items():
-        store.store(group="algo", name=name, node=_plain(algorithm.config()))
+        store.store(group="algo", name=name, node=to_dict(algorithm.config()))
 
 
 _REFERENCE_START, _REFERENCE_END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"

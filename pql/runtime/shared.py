@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import torch
 
-from pql.runtime.weight_sync import SharedWeights
 
 
 class _Slot:
@@ -83,7 +82,7 @@ class SharedState:
     counters: RunCounters
     stats: RunStats
     ring: dict                       # {field: [slots, ...]} on the device: what the actor hands on
-    weights: dict                    # {name: SharedWeights}
+    weights: dict                    # {name: SharedWeights}, each on its writer's device
     condition: object = None         # multiprocessing Condition (None in one process)
     errors: object = None            # queue of (role, traceback) from failing roles
     checkpoint_parts: object = None  # queue of (request id, role, serialized state)
@@ -103,16 +102,16 @@ def alloc_tensors(spec: dict, leading: tuple, device) -> dict:
     return {k: torch.zeros((*leading, *shape), dtype=dtype, device=device) for k, (shape, dtype) in spec.items()}
 
 
-def make_shared_state(counters: RunCounters, stats: RunStats, ring_spec: dict, ring_shape: tuple, device,
+def make_shared_state(counters: RunCounters, stats: RunStats, ring_spec: dict, ring_shape: tuple, ring_device,
                       weights: dict, ctx=None) -> SharedState:
-    """ring_shape: the leading dimensions of every ring field ((slots, num_envs) or (slots, T, N));
-    weights: {name: module} to share; ctx: a multiprocessing context, None for one process."""
-    ring = alloc_tensors(ring_spec, ring_shape, device)
-    if torch.device(device).type == "cpu":
+    """ring_shape: the leading dimensions of every ring field ((slots, num_envs) or (slots, T, N)),
+    on the device of the role that writes it; weights: {name: SharedWeights}, each on its writer's
+    device; ctx: a multiprocessing context, None for one process."""
+    ring = alloc_tensors(ring_spec, ring_shape, ring_device)
+    if torch.device(ring_device).type == "cpu":
         for t in ring.values():
             t.share_memory_()
-    return SharedState(counters=counters, stats=stats, ring=ring,
-                       weights={name: SharedWeights(module, device) for name, module in weights.items()},
+    return SharedState(counters=counters, stats=stats, ring=ring, weights=weights,
                        condition=ctx.Condition() if ctx else None,
                        errors=ctx.Queue() if ctx else None,
                        checkpoint_parts=ctx.Queue() if ctx else None)

@@ -37,13 +37,13 @@ def make_shared(cfg, algo, obs_dim: int, act_dim: int, ctx=None) -> SharedState:
     """What the three roles share, each part on its writer's device: the ring and the observation
     statistics on the actor's, the critic on the V-learner's, the policy on the P-learner's
     (ctx: a multiprocessing context, None for one process)."""
-    shared = make_shared_state(
+    actor = role_device(cfg, "actor")
+    return make_shared_state(
         RatioCounters(), LearnerStats(), staging_spec(obs_dim, act_dim),
-        (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), role_device(cfg, "actor"),
-        {"normalizer": ObsNormalizer(obs_dim)}, ctx)
-    shared.weights["critic"] = SharedWeights(algo.make_critic(), role_device(cfg, "v_learner"))
-    shared.weights["policy"] = SharedWeights(algo.make_policy(), role_device(cfg, "p_learner"))
-    return shared
+        (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), actor,
+        {"normalizer": SharedWeights(ObsNormalizer(obs_dim), actor),
+         "critic": SharedWeights(algo.make_critic(), role_device(cfg, "v_learner")),
+         "policy": SharedWeights(algo.make_policy(), role_device(cfg, "p_learner"))}, ctx)
 
 
 def make_ratios(cfg, shared: SharedState) -> RatioController:

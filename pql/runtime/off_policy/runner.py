@@ -73,11 +73,11 @@ class OffPolicyRunner:
 
     def scalars(self) -> dict:
         a, v, p = self.ratios.progress()
+        stats = self.shared.stats.as_dict()
         return {"ratio/beta_av": v / a if a > 0 else 0.0, "ratio/beta_pv": v / p if p > 0 else 0.0,
-                "loss/critic": self.shared.stats.critic_loss, "loss/policy": self.shared.stats.policy_loss,
-                "critic/q": self.shared.stats.q_mean, "policy/version_lag": self.shared.stats.policy_version_lag,
-                "train/return": self.shared.stats.train_return, "train/length": self.shared.stats.train_length,
-                "train/episodes": self.counters.episodes}
+                "loss/critic": stats["critic_loss"], "loss/policy": stats["policy_loss"], "critic/q": stats["q_mean"],
+                "policy/version_lag": stats["policy_version_lag"], "train/return": stats["train_return"],
+                "train/length": stats["train_length"], "train/episodes": self.counters.episodes}
 
     def policy_version(self) -> int:
         return self.shared.weights["policy"].current_version()  # 0 until the P-learner has published once

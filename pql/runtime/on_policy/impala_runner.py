@@ -18,11 +18,12 @@ from pql.algos.ppo import make_gaussian_policy
 from pql.envs import build_env
 from pql.nets import ObsNormalizer
 from pql.runtime.device import synchronize, use_device
+from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
 from pql.runtime.shared import RunCounters, RunStats, SharedState, make_shared_state, notify_all
 from pql.runtime.supervisor import ProcessRuntime, role_process, threads_per_process
 from pql.runtime.waiting import Waiter
-from pql.runtime.weight_sync import WeightsReader
+from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
 
 class QueueCounters(RunCounters):
@@ -51,7 +52,8 @@ class TrajectoryQueue:
 
 
 def trajectory_ring_spec(obs_dim: int, act_dim: int) -> dict:
-    """A trajectory and, for each step, the version of the policy μ that chose its action."""
+    """A trajectory and, for each step, the version of the policy μ that chose its action (one
+    version per slot: the actor's copy does not change within a rollout)."""
     return {**trajectory_spec(obs_dim, act_dim), "behaviour_version": ((), torch.int64)}
 
 
@@ -108,15 +110,11 @@ def actor_main(cfg, shared: SharedState, threads: int) -> None:
             actor.step()
 
 
-class ImpalaRunner:
-    @staticmethod
-    def make_policy(cfg, obs_dim: int, act_dim: int):
-        return make_gaussian_policy(cfg.algo, obs_dim, act_dim)
+class ImpalaRunner(OnPolicyRunner):
+    learner_cls = Impala
 
     def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
-        self.cfg, self.device = cfg, device
-        self.impala = Impala(cfg.algo, obs_dim, act_dim, device)
-        self.normalizer = ObsNormalizer(obs_dim).to(device)
+        super().__init__(cfg, device, obs_dim, act_dim, resume)
         self.ctx = None
         if cfg.runtime.mode == "process":
             import torch.multiprocessing as mp
@@ -124,21 +122,16 @@ class ImpalaRunner:
             self.ctx = mp.get_context("spawn")
         self.shared = make_shared_state(QueueCounters(), RunStats(), trajectory_ring_spec(obs_dim, act_dim),
                                         (cfg.algo.queue_size, cfg.algo.unroll, cfg.task.num_envs), device,
-                                        {"policy": self.impala.policy, "normalizer": self.normalizer}, self.ctx)
+                                        {"policy": SharedWeights(self.learner.policy, device),
+                                         "normalizer": SharedWeights(self.normalizer, device)}, self.ctx)
         self.counters = self.shared.counters
-        self.updates = 0
-        if resume is not None:
-            self.impala.load_state_dict(resume["roles"]["learner"])
-            self.normalizer.load_state_dict(resume["normalizer"])
-            self.counters.env_steps, self.updates = resume["counters"]["env_steps"], resume["counters"]["updates"]
-            self.counters.episodes = resume["counters"]["episodes"]
-        self.shared.weights["policy"].publish(self.impala.policy, wait=True)
+        self.counters.load({k: self.resumed[k] for k in ("env_steps", "episodes")})
+        self.shared.weights["policy"].publish(self.learner.policy, wait=True)
         self.shared.weights["normalizer"].publish(self.normalizer, wait=True)
         self.normalizer_reader = WeightsReader(self.shared.weights["normalizer"], self.normalizer)
         self.queue = TrajectoryQueue(self.counters, cfg.algo.queue_size)
         self.waiter = make_waiter(cfg, self.shared, self.queue)
         self.lag_sum = self.lag_count = 0
-        self.info: dict = {}
         self.processes = None
 
     def run(self, monitor) -> None:
@@ -177,36 +170,24 @@ class ImpalaRunner:
         slot = self.counters.taken % self.queue.slots
         traj = {k: v[slot].clone() for k, v in shared.ring.items()}
         # Policy lag: the learner's version minus the version μ that made the trajectory.
-        self.lag_sum += shared.weights["policy"].current_version() - traj.pop("behaviour_version").double().mean().item()
+        self.lag_sum += shared.weights["policy"].current_version() - int(traj.pop("behaviour_version")[0, 0])
         self.lag_count += 1
         synchronize(self.device)  # the copy is done before the slot is freed: one wait per trajectory
         shared.add("taken")
-        info = self.impala.update(traj)
+        info = self.learner.update(traj)
         self.updates += 1
         if self.updates % self.cfg.runtime.policy_publish_every == 0:
-            shared.weights["policy"].publish(self.impala.policy)
+            shared.weights["policy"].publish(self.learner.policy)
         return info
 
-    def counts(self) -> dict:
-        return {"env_steps": self.counters.env_steps, "learner": self.updates}
+    def progress(self) -> tuple[int, int]:
+        return self.counters.env_steps, self.counters.episodes
 
     def scalars(self) -> dict:
         lag = self.lag_sum / max(self.lag_count, 1)  # mean policy lag since the last call
         self.lag_sum = self.lag_count = 0
         return {**self.info, "policy/version_lag": lag, "train/return": self.shared.stats.train_return,
                 "train/length": self.shared.stats.train_length, "train/episodes": self.counters.episodes}
-
-    def policy_version(self) -> int:
-        return self.updates
-
-    def latest_policy(self) -> tuple:
-        return self.impala.policy, self.normalizer, self.updates
-
-    def checkpoint(self) -> dict:
-        return {"counters": {"env_steps": self.counters.env_steps, "episodes": self.counters.episodes,
-                             "updates": self.updates},
-                "policy": self.impala.policy.state_dict(), "normalizer": self.normalizer.state_dict(),
-                "roles": {"learner": self.impala.state_dict()}}
 
     def close(self) -> None:
         if self.processes is not None:
