@@ -1,6 +1,7 @@
 """python train.py task=Ant [algo=pql] [key=value ...]   (Hydra; see README.md for every key)."""
 from __future__ import annotations
 
+import os
 import sys
 
 from pql.cli import import_isaacgym_first
@@ -13,9 +14,13 @@ import_isaacgym_first(sys.argv[1:])
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from pql.checkpoint import CheckpointError  # noqa: E402
+from pql.checkpoint import CheckpointError, CheckpointWriteError  # noqa: E402
 from pql.config import ConfigError, load_config, register_configs  # noqa: E402
+from pql.logging.console_log import TRAIN_LOG, console_log  # noqa: E402
 from pql.runtime import train  # noqa: E402
+from pql.runtime.run import Terminated  # noqa: E402
+from pql.runtime.distributed import ReplicaLost, Replicas  # noqa: E402
+from pql.runtime.divergence import Diverged  # noqa: E402
 from pql.runtime.supervisor import RoleFailure  # noqa: E402
 from tasks import TaskError  # noqa: E402
 
@@ -23,19 +28,35 @@ register_configs()  # cfg/config.yaml composes the defaults from Hydra's ConfigS
 
 
 def run(raw: dict) -> dict:
-    """Validate a composed config and run it. Exits with code 2 on a bad config (or checkpoint,
-    or task), 1 on a failed run."""
+    """Validate a composed config and run it, its console copied into the run directory's
+    train.log (rank 0's, under torchrun). Exits with code 2 on a bad config (or checkpoint, or
+    task), 1 on a failed run (under torchrun, naming the replica's rank), 130 after Ctrl-C and
+    143 after SIGTERM (both write a checkpoint first)."""
+    replicas = Replicas.from_env()
+    log = os.path.join(str(raw.get("run_dir", ".")), TRAIN_LOG) if replicas.lead else None
+    with console_log(log):
+        return _run(raw, replicas)
+
+
+def _run(raw: dict, replicas: Replicas) -> dict:
+    where = f"rank {replicas.rank}: " if replicas.world > 1 else ""
     try:
         return train(load_config(raw))
     except (ConfigError, TaskError, CheckpointError) as e:
-        print(f"pql: {e}", file=sys.stderr, flush=True)
+        print(f"pql: {where}{e}", file=sys.stderr, flush=True)
         sys.exit(2)
-    except RoleFailure as e:  # a failing role arrives here with its traceback in the message
+    # A failing role arrives with its traceback in the message; a full disk or a diverged run
+    # (sequential mode) with a line of its own.
+    except ReplicaLost as e:  # names the replica whose failure stopped this one
         print(f"pql: run failed: {e}", file=sys.stderr, flush=True)
         sys.exit(1)
-    except KeyboardInterrupt:
-        print("pql: interrupted", file=sys.stderr, flush=True)
-        sys.exit(130)
+    except (RoleFailure, CheckpointWriteError, Diverged) as e:
+        print(f"pql: run failed: {where}{e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
+        terminated = isinstance(e, Terminated)
+        print(f"pql: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
+        sys.exit(143 if terminated else 130)
 
 
 @hydra.main(version_base=None, config_path="cfg", config_name="config")
@@ -45,12 +66,10 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    import os
-
-    from pql.cli import check_overrides, expand_isaacgym_task
+    from pql.cli import check_overrides, expand_isaacgym_task, quiet_replica
 
     try:
-        sys.argv[1:] = expand_isaacgym_task(sys.argv[1:])  # Hydra reads sys.argv
+        sys.argv[1:] = quiet_replica(expand_isaacgym_task(sys.argv[1:]))  # Hydra reads sys.argv
         check_overrides(sys.argv[1:], os.path.join(os.path.dirname(os.path.abspath(__file__)), "cfg"))
     except ConfigError as e:
         print(f"pql: {e}", file=sys.stderr, flush=True)

@@ -27,11 +27,18 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be read: missing, not a pql checkpoint, or another format version."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, an unwritable directory): str() says which
+    file and why; the previous checkpoint at that path, if any, is untouched."""
+
+
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
     """Write `state` to `path` atomically (creating the directory if needed).
 
     Raises TypeError, before writing anything, if `state` holds an object a weights_only load
     would refuse, so a run learns at its first checkpoint, not at resume, that it cannot resume.
+    Raises CheckpointWriteError if the file system refuses the write; the file at `path` is then
+    the one that was there before.
     """
     _check_plain(state, "")
     path = os.path.abspath(os.fspath(path))
@@ -41,16 +48,27 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
     # for checkpoints must not pick up a half-written one.
     tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with open(tmp, "xb") as f:
-            torch.save({"format": FORMAT, "version": VERSION, "state": state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:  # KeyboardInterrupt too: never leave the temporary file behind
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    _fsync_directory(directory)
+        try:
+            with open(tmp, "xb") as f:
+                torch.save({"format": FORMAT, "version": VERSION, "state": state}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # KeyboardInterrupt too: never leave the temporary file behind
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        _fsync_directory(directory)
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        kept = "the previous checkpoint there is kept" if os.path.exists(path) else "there is no earlier one"
+        raise CheckpointWriteError(f"could not write checkpoint {path}: {_reason(e)}; {kept}") from e
+
+
+def _reason(error: Exception) -> str:
+    """The innermost cause's words: torch.save wraps the file system's error in its own."""
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    return error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
 
 
 # Exact types: subclasses (numpy float64, IntEnum, namedtuple, defaultdict) pickle as their own

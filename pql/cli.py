@@ -54,11 +54,23 @@ def import_isaacgym_first(argv: list[str]) -> None:
         import isaacgym  # noqa: F401
 
 
+def quiet_replica(argv: list[str]) -> list[str]:
+    """argv for this process: under torchrun, a replica of rank > 0 writes nothing (rank 0
+    writes the run directory), so Hydra gets no run directory, config copy or log file of its
+    own there (which would be a second, near-empty run directory)."""
+    from pql.runtime.distributed import Replicas  # imports torch: only when called
+
+    if Replicas.from_env().lead:
+        return argv
+    return [arg for arg in argv if not arg.startswith(("hydra.run.dir=", "hydra.output_subdir="))] + [
+        "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+
+
 def _overrides(argv: list[str]) -> list[tuple[str, str]]:
     """The plain `key=value` overrides (not flags, `+`/`~` edits or hydra's own keys)."""
     out = []
     for arg in argv:
-        if arg.startswith(("-", "+", "~")) or "=" not in arg:
+        if arg.startswith(("-", "+", "~", "hydra/")) or "=" not in arg:
             continue
         key, value = arg.split("=", 1)
         if not key.startswith("hydra."):

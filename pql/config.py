@@ -317,7 +317,7 @@ class RuntimeConfig:
                                                "runtime.device")
     seed: int = _opt(0, "an integer >= 0", _non_negative, doc="random seed")
     max_env_steps: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(20_000_000, 300_000),
-                                        doc="env steps of training")
+                                        doc="env steps of training (under torchrun: of all replicas together)")
     max_time_s: Optional[float] = _opt(None, "a number > 0 (null: no wall-time limit)", _positive,
                                        doc="wall-time limit in seconds")
     stop_at_return: Optional[float] = _opt(None, "a number or null",
@@ -337,7 +337,11 @@ class RuntimeConfig:
     v_learner_pull_every: int = _opt(1, "an integer >= 1", _at_least_one,
                                      doc="critic updates between the V-learner's copies of the published policy")
     max_lag: int = _opt(4, "an integer >= 1 (batched actor steps a role may run ahead of the ratio)", _at_least_one)
-    stall_timeout_s: float = _opt(600.0, "a number > 0 (a role waiting longer than this stops the run)", _positive)
+    max_critic_loss: Optional[float] = _opt(None, "a number > 0, or null (no bound)", _positive,
+                                            doc="a critic loss above it stops the run as diverged (nan and inf "
+                                                "in any loss always do); the scale is the task's, so no default")
+    stall_timeout_s: float = _opt(600.0, "a number > 0 (a role waiting longer than this stops the run)", _positive,
+                                  doc="also how long a collective waits for the other replicas under torchrun")
     startup_timeout_s: float = _opt(1800.0, "a number > 0 (the stall limit until every role has made progress)",
                                     _positive, doc="covers building envs, Warp compiling its kernels cold and CUDA "
                                                    "graph capture")
@@ -386,7 +390,8 @@ def _convert(key: str, value: Any, hint: Any, allowed: str) -> Any:
             return value
         raise ConfigError(key, value, allowed)
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or value != int(value)):
             raise ConfigError(key, value, allowed)
         return int(value)
     if hint is float:
@@ -533,12 +538,52 @@ def _resolve_role_devices(cfg: Config, device: str) -> None:
                           + ", ".join(f"runtime.{key}={getattr(runtime, key)}" for key in ROLE_DEVICE_KEYS) + ")")
 
 
-def apply_device_defaults(cfg: Config):
+def _replica_device(cfg: Config, local_rank: int) -> str:
+    """Under torchrun each replica runs on one device, cuda:<LOCAL_RANK> or the CPU."""
+    runtime = cfg.runtime
+    for key in ROLE_DEVICE_KEYS:
+        if getattr(runtime, key) is not None:
+            raise ConfigError(f"runtime.{key}", getattr(runtime, key), "null under torchrun (each replica runs "
+                                                                       "on one device: cuda:<LOCAL_RANK> or cpu)")
+    if runtime.device not in ("auto", "cuda", "cpu"):
+        raise ConfigError("runtime.device", runtime.device, "auto, cuda or cpu under torchrun (replica LOCAL_RANK "
+                                                            "takes cuda:<LOCAL_RANK>)")
+    if _resolve_device(runtime.device) == "cpu":
+        return "cpu"
+    return _resolve_device(f"cuda:{local_rank}")
+
+
+def _check_sizes(cfg: Config) -> None:
+    """Sizes that cannot work together, once the device's defaults are filled in."""
+    from tasks import TASKS
+
+    algo, replay, num_envs = cfg.algo, cfg.replay, cfg.task.num_envs
+    if isinstance(algo, OffPolicyConfig):
+        # One actor step writes num_envs transitions; a learner samples batch_size of them.
+        need = max(algo.batch_size, num_envs)
+        if replay.capacity < need:
+            raise ConfigError("replay.capacity", replay.capacity,
+                              f"an integer >= {need:,}: at least algo.batch_size ({algo.batch_size:,}) and "
+                              f"task.num_envs ({num_envs:,}, the transitions one actor step writes)")
+        task = TASKS.get(cfg.task.name)
+        if task is not None and algo.nstep > task.max_episode_steps:
+            raise ConfigError("algo.nstep", algo.nstep, f"an integer <= {task.max_episode_steps} (the longest "
+                                                        f"{cfg.task.name} episode)")
+    if isinstance(algo, PPOConfig) and algo.minibatches > algo.horizon * num_envs:
+        raise ConfigError("algo.minibatches", algo.minibatches, f"at most algo.horizon * task.num_envs = "
+                                                                f"{algo.horizon * num_envs} (one sample per minibatch at least)")
+
+
+def apply_device_defaults(cfg: Config, local_rank: int | None = None, replicas: int = 1):
     """Resolve `device: auto` (to cpu or cuda:N) and the null settings for the device, check what
-    the device cannot run, print the settings, return the device."""
+    the device cannot run, print the settings, return the device. local_rank: this replica's
+    rank on its machine under torchrun (None without)."""
     import torch
 
-    device = cfg.runtime.device = _resolve_device(cfg.runtime.device)
+    if local_rank is None:
+        device = cfg.runtime.device = _resolve_device(cfg.runtime.device)
+    else:
+        device = cfg.runtime.device = _replica_device(cfg, local_rank)
     _resolve_role_devices(cfg, device)
     on_gpu = device.startswith("cuda")
     if cfg.runtime.actor_device.startswith("cuda") and cfg.actor.precision == "int8":
@@ -552,6 +597,7 @@ def apply_device_defaults(cfg: Config):
             if on_device is not None and getattr(group, f.name) is None:
                 value = on_device[0 if on_gpu else 1]
                 setattr(group, f.name, getattr(group, value) if isinstance(value, str) else value)
+    _check_sizes(cfg)
     runtime = cfg.runtime
     replay = cfg.replay
     if replay.rerank_every is not None and replay.capacity // replay.rerank_every > RERANK_WARN_ITEMS_PER_UPDATE:
@@ -559,8 +605,10 @@ def apply_device_defaults(cfg: Config):
               f"{replay.rerank_every} critic updates ({replay.capacity // replay.rerank_every:,} items per update; one "
               "sort of 2^20 items takes ~0.15 s on a 2-core CPU, docs/kernels.md); null re-sorts every "
               "capacity / batch_size updates", flush=True)
+    per_replica = " (num_envs, batch_size and replay per replica; env steps of all)"
     print(f"pql: task={cfg.task.name} algo={cfg.algo.name} device={device} num_envs={cfg.task.num_envs} "
-          f"mode={cfg.runtime.mode}" + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
+          f"mode={cfg.runtime.mode}" + (f" replicas={replicas}{per_replica}" if replicas > 1 else "")
+          + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
           + f" replay={cfg.replay.kind}:{cfg.replay.capacity:,} max_env_steps={runtime.max_env_steps:,} "
           f"eval_every={runtime.eval_every:,} checkpoint_every={runtime.checkpoint_every:,}"
           + (f" compile={str(runtime.compile).lower()}" if on_gpu or runtime.compile else "")

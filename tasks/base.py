@@ -135,8 +135,12 @@ class ActionCheck:
             _raise_if_any(seen, " (reported late: on CUDA the check does not stall the step)")
 
 
+class NonFiniteActions(TaskError):
+    """Actions with NaN or inf: a policy gone wrong rather than a caller's mistake."""
+
+
 def _raise_if_any(bad_envs: torch.Tensor, note: str) -> None:
     if bad_envs.any():
         ids = bad_envs.nonzero().flatten().tolist()
         shown = ", ".join(map(str, ids[:10])) + (", ..." if len(ids) > 10 else "")
-        raise TaskError(f"actions contain NaN or inf in {len(ids)} env(s), indices [{shown}]{note}")
+        raise NonFiniteActions(f"actions contain NaN or inf in {len(ids)} env(s), indices [{shown}]{note}")

@@ -1,5 +1,10 @@
-"""Shared test helpers: compose a validated config the way train.py does."""
+"""Shared test helpers: compose a validated config the way train.py does; run train.py and
+watch its processes."""
+import contextlib
 import os
+import re
+import signal
+import subprocess
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -29,3 +34,36 @@ def compose_config(overrides: list[str], run_dir) -> Config:
 def make_config(tmp_path):
     """make_config(overrides, run_dir=tmp_path) -> Config."""
     return lambda overrides, run_dir=tmp_path: compose_config(overrides, run_dir)
+
+
+@contextlib.contextmanager
+def running(cmd: list[str]):
+    """train.py in a process group of its own, killed with every role it started however the
+    test ends (a failed assertion must not leave a run behind eating the CPU of later tests)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def started_roles(line: str) -> dict | None:
+    """{role: pid} from train.py's line `pql: roles started: actor=PID v_learner=PID ...`, or None
+    for any other line."""
+    match = re.search(r"roles started: (.*)", line)
+    return None if match is None else {k: int(v) for k, v in (kv.split("=") for kv in match.group(1).split())}

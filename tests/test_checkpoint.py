@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pql.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from pql.checkpoint import (CheckpointError, CheckpointWriteError, load_checkpoint, rng_state, save_checkpoint,
+                            set_rng_state)
 
 
 def _state(value: float) -> dict:
@@ -47,7 +48,8 @@ def test_crash_mid_write_keeps_previous_and_leaves_no_temp(tmp_path, monkeypatch
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(torch, "save", crashing_save)
-    with pytest.raises(RuntimeError, match="disk full"):
+    kept = "the previous checkpoint there is kept" if has_previous else "there is no earlier one"
+    with pytest.raises(CheckpointWriteError, match=f"could not write checkpoint {path}: disk full; {kept}"):
         save_checkpoint(path, _state(2.0))
     monkeypatch.setattr(torch, "save", real_save)
     assert os.listdir(tmp_path) == (["ckpt.pt"] if has_previous else [])

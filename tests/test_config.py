@@ -94,6 +94,13 @@ def test_bad_impala_truncation_levels():
                                              "with algo=sac"),
     (["runtime.policy_sync_every=2"], "runtime.policy_sync_every='2' is not allowed; expected an existing key"),
     (["checkpoint=/nonexistent/checkpoint.pt"], "checkpoint not found: /nonexistent/checkpoint.pt"),
+    (["algo.beta_av=nan"], "algo.beta_av=nan is not allowed; expected an integer >= 1"),
+    (["runtime.max_time_s=inf"], "runtime.max_time_s=inf is not allowed"),
+    (["replay.capacity=10", "task.num_envs=64"], "replay.capacity=10 is not allowed; expected an integer >= 256: "
+                                                 "at least algo.batch_size (256) and task.num_envs (64"),
+    (["algo=ppo", "algo.minibatches=100000"], "algo.minibatches=100000 is not allowed; expected at most "
+                                              "algo.horizon * task.num_envs = 2048"),
+    (["algo.nstep=2000"], "algo.nstep=2000 is not allowed; expected an integer <= 1000 (the longest Ant episode)"),
 ])
 def test_cli_exits_2_with_one_line(argv, needle):
     proc = subprocess.run([sys.executable, "train.py", *argv, "hydra.run.dir=/tmp/pql-test-bad-config"],
@@ -102,6 +109,42 @@ def test_cli_exits_2_with_one_line(argv, needle):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def numeric_keys(value, prefix=""):
+    """(dotted key, type) of every int and float field of a config group, nested groups included."""
+    import dataclasses
+    import typing
+
+    for f in dataclasses.fields(value):
+        key, hint = f"{prefix}{f.name}", typing.get_type_hints(type(value))[f.name]
+        inner = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        if dataclasses.is_dataclass(getattr(value, f.name)):
+            yield from numeric_keys(getattr(value, f.name), f"{key}.")
+        elif inner[0] in (int, float) and hint is not bool:
+            yield key
+
+
+@pytest.mark.parametrize("algo", ["pql", "pql_d", "sac", "ppo", "impala"])
+def test_every_numeric_key_rejects_nan_and_infinities(algo):
+    from pql.config import ALGORITHMS, Config
+
+    base = composed([f"algo={algo}"])
+    keys = [f"algo.{k}" for k in numeric_keys(ALGORITHMS[algo].config())]
+    keys += [k for k in numeric_keys(Config()) if not k.startswith("algo.")]
+    assert len(keys) > 30
+    for key in keys:
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            raw = {**base, **{g: dict(v) for g, v in base.items() if isinstance(v, dict)}}
+            group, name = key.split(".", 1) if "." in key else (None, key)
+            target = raw if group is None else raw[group]
+            *path, leaf = name.split(".")
+            for part in path:
+                target[part] = dict(target[part])
+                target = target[part]
+            target[leaf] = bad
+            with pytest.raises(ConfigError, match=rf"{key}={bad}"):
+                load_config(raw)
 
 
 def test_defaults_validate():

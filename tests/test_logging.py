@@ -45,12 +45,25 @@ def test_csv_tensorboard_and_learning_curve(tmp_path):
 def test_resume_appends_and_continues_wall_time(tmp_path):
     with RunLogger(tmp_path, {}, total_env_steps=100) as logger:
         logger.log(10, {"loss/critic": 1.0})
-    with RunLogger(tmp_path, {}, total_env_steps=100) as logger:
+    with RunLogger(tmp_path, {}, total_env_steps=100, start_env_steps=10) as logger:
         logger.log(20, {"loss/actor": 2.0})
     rows = _rows(tmp_path)
     assert [r["env_steps"] for r in rows] == ["10", "20"]
     assert float(rows[1]["wall_time_s"]) >= float(rows[0]["wall_time_s"])
     assert rows[0]["loss/actor"] == "" and rows[1]["loss/actor"] == "2.0"
+
+
+def test_a_resume_drops_the_rows_logged_after_its_checkpoint(tmp_path, capsys):
+    """A launch that went on past its last checkpoint (at 20) and then stopped: its rows after 20
+    go, so the resumed run's rows follow on with no env step logged twice."""
+    with RunLogger(tmp_path, {}, total_env_steps=100) as logger:
+        for steps in (10, 20, 30, 40):
+            logger.log(steps, {"loss/critic": float(steps)})
+    with RunLogger(tmp_path, {}, total_env_steps=100, start_env_steps=20) as logger:
+        logger.log(30, {"loss/critic": -30.0})
+    rows = _rows(tmp_path)
+    assert [(r["env_steps"], r["loss/critic"]) for r in rows] == [("10", "10.0"), ("20", "20.0"), ("30", "-30.0")]
+    assert "dropped 2 rows logged after env step 20" in capsys.readouterr().out
 
 
 def test_bad_scalars_are_named(tmp_path):

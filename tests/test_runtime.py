@@ -1,5 +1,4 @@
 """The three-role runtime: exact ratios, determinism, supervision, checkpoints and resume."""
-import contextlib
 import os
 import re
 import signal
@@ -18,6 +17,8 @@ from pql.nets import ObsNormalizer
 from pql.runtime import train
 from pql.runtime.run import EVAL_SEED_OFFSET
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
+
+from conftest import alive, running, started_roles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["task=InvertedPendulum", "task.num_envs=8", "algo.batch_size=64", "algo.net.actor_hidden=[32,32]",
@@ -180,32 +181,6 @@ def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
     assert (result["eval/return"], result["eval/length"]) == evaluate(env, policy, normalizer)
 
 
-@contextlib.contextmanager
-def running(cmd: list[str]):
-    """train.py in a process group of its own, killed with every role it started however the
-    test ends (a failed assertion must not leave a run behind eating the CPU of later tests)."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        with open(f"/proc/{pid}/status") as f:
-            return "\nState:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("victim", ["actor", "v_learner", "p_learner"])
 def test_killed_role_stops_the_run_promptly(tmp_path, victim):
     cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
@@ -214,9 +189,8 @@ def test_killed_role_stops_the_run_promptly(tmp_path, victim):
         pids = {}
         deadline = time.monotonic() + 120
         for line in proc.stdout:
-            match = re.search(r"roles started: (.*)", line)
-            if match:
-                pids = {k: int(v) for k, v in (kv.split("=") for kv in match.group(1).split())}
+            pids = started_roles(line) or pids
+            if pids:
                 break
             assert time.monotonic() < deadline
         assert set(pids) == {"actor", "v_learner", "p_learner"}
@@ -232,25 +206,101 @@ def test_killed_role_stops_the_run_promptly(tmp_path, victim):
     assert not [n for n, p in pids.items() if alive(p)]
 
 
-@pytest.mark.parametrize("mode", ["sequential", "process"])
-def test_ctrl_c_writes_a_checkpoint_and_stops_every_role(tmp_path, mode):
+@pytest.mark.parametrize("mode,sig,whole_group,code", [
+    ("sequential", signal.SIGINT, False, 130),
+    ("process", signal.SIGINT, True, 130),    # a terminal's Ctrl-C reaches the whole process group
+    ("sequential", signal.SIGTERM, False, 143),
+    ("process", signal.SIGTERM, False, 143),  # docker stop, Kubernetes, timeout: the main process only
+    ("process", signal.SIGTERM, True, 143),   # SLURM: every process of the job step
+], ids=["sequential-SIGINT", "process-SIGINT-group", "sequential-SIGTERM", "process-SIGTERM", "process-SIGTERM-group"])
+def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, sig, whole_group, code):
+    """Ctrl-C and SIGTERM: a checkpoint of where the run stands, every role stopped, exit 130 or
+    143; the same signal again while the checkpoint is written does not cut it short."""
     cmd = [sys.executable, "train.py", *SMALL, f"runtime.mode={mode}", "runtime.max_env_steps=100000000",
            "runtime.checkpoint_every=1000000000", f"hydra.run.dir={tmp_path}"]
     with running(cmd) as proc:
         pids = {}
         for line in proc.stdout:
-            match = re.search(r"roles started: (.*)", line)
-            if match:
-                pids = {k: int(v) for k, v in (kv.split("=") for kv in match.group(1).split())}
+            pids = started_roles(line) or pids
             if re.match(r"[1-9]\S*/\S+ steps", line):  # a progress line with env steps done: it trains
                 break
-        proc.send_signal(signal.SIGINT)
+        send = (lambda: os.killpg(proc.pid, sig)) if whole_group else (lambda: proc.send_signal(sig))
+        send()
+        for line in proc.stdout:
+            if "pql: stopping; writing" in line:
+                send()  # a second signal while the checkpoint is written
+                break
         out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "pql: interrupted" in err and "Traceback" not in err, err
+    assert proc.returncode == code, err
+    said = "pql: terminated (SIGTERM)" if sig == signal.SIGTERM else "pql: interrupted"
+    assert said in err and "Traceback" not in err and "leaked" not in err, err
     saved = load_checkpoint(tmp_path / "checkpoint.pt")
     assert saved["counters"]["env_steps"] > 0
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
     assert not [n for n, p in pids.items() if alive(p)]
+    log = (tmp_path / "train.log").read_text()
+    assert log.startswith("pql: task=InvertedPendulum") and "pql: wrote" in log and said in log, log
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint(make_config, tmp_path):
+    """Checkpoints the file system refuses (here a file-size limit, EFBIG, as a full disk's
+    ENOSPC would): each periodic one is a warning and training goes on; the final one fails the
+    run with one line; the checkpoint already there stays as it was."""
+    import resource
+
+    run_dir = tmp_path / "run"
+    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=run_dir))
+    path = run_dir / "checkpoint.pt"
+    before = path.read_bytes()
+    limit = len(before) // 2  # no checkpoint of these networks fits; the logs (a few kB) do
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=sequential", "runtime.max_env_steps=600",
+           "runtime.checkpoint_every=100", f"checkpoint={path}", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, preexec_fn=limited)
+    assert proc.returncode == 1, proc.stderr
+    warning = f"pql: warning: could not write checkpoint {path}: File too large; the previous checkpoint there is kept"
+    assert warning in proc.stderr and "training goes on" in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"pql: run failed: could not write checkpoint {path}")
+    assert "Traceback" not in proc.stderr
+    assert path.read_bytes() == before and load_checkpoint(path)["counters"]["env_steps"] == 200
+    assert not [p for p in os.listdir(run_dir) if p.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("mode", ["sequential", "process"])
+def test_a_diverging_run_stops_naming_role_quantity_and_update(tmp_path, mode):
+    """A learning rate that sends the critic to inf within a few updates: the run stops with one
+    line naming the role, the quantity and the update, and writes no checkpoint holding nan."""
+    cmd = [sys.executable, "train.py", *SMALL, f"runtime.mode={mode}", "runtime.max_env_steps=100000000",
+           "algo.critic_lr=1e30", "runtime.checkpoint_every=8", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1, proc.stderr
+    # Which sees it first depends on the timing: the critic's loss, or the actions of the policy
+    # that learnt from that critic.
+    assert re.search(r"(v_learner diverged: (critic loss|mean Q) is (nan|inf|-inf) at critic update [\d,]+"
+                     r"|actor diverged: the policy's actions contain NaN or inf .* at actor step [\d,]+)",
+                     proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr
+    if (tmp_path / "checkpoint.pt").exists():
+        for value in tensors(load_checkpoint(tmp_path / "checkpoint.pt")).values():
+            assert not value.is_floating_point() or torch.isfinite(value).all()
+
+
+def test_a_loss_past_its_bound_keeps_the_last_good_checkpoint(make_config, tmp_path):
+    run_dir = tmp_path / "run"
+    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=run_dir))
+    path = run_dir / "checkpoint.pt"
+    cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
+           "runtime.max_critic_loss=1e-12", "runtime.checkpoint_every=8", f"checkpoint={path}",
+           f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1, proc.stderr
+    assert re.search(r"role v_learner failed:\nv_learner diverged: critic loss is \S+ at critic update [\d,]+, above "
+                     r"the bound 1e-12 \(runtime.max_critic_loss\)", proc.stderr), proc.stderr
+    assert load_checkpoint(path)["counters"]["env_steps"] >= 200
 
 
 def test_raising_role_reports_its_traceback(make_config, tmp_path):
@@ -263,3 +313,5 @@ def test_raising_role_reports_its_traceback(make_config, tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "role v_learner failed" in proc.stderr and "Traceback" in proc.stderr and "size mismatch" in proc.stderr
+    log = (tmp_path / "resumed" / "train.log").read_text()  # the console, error included, kept in the run dir
+    assert log.startswith("pql: task=InvertedPendulum") and "role v_learner failed" in log and "size mismatch" in log

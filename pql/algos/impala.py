@@ -8,7 +8,6 @@ are normalised as the actor saw them, so π and μ are compared on the same inpu
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from pql.algos.ppo import GaussianActorCritic, log_prob_and_entropy
 from pql.kernels.vtrace import vtrace
@@ -56,10 +55,7 @@ class Impala(GaussianActorCritic):
         policy_loss = -(pg_advantages * log_prob).mean()
         baseline_loss = 0.5 * (vs - values).pow(2).mean()
         loss = policy_loss + cfg.baseline_coef * baseline_loss - cfg.entropy_coef * entropy.mean()
-        self.optim.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
-        self.optim.step()
+        self.optimise(loss)
         return {"loss/policy": policy_loss.detach(), "loss/baseline": baseline_loss.detach(),
                 "policy/entropy": entropy.detach().mean(), "policy/std": self.policy.log_std.detach().exp().mean(),
                 "policy/rho": (log_prob.detach() - traj["log_prob"]).exp().mean()}

@@ -65,16 +65,26 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
 
 class GaussianActorCritic(Checkpointable):
     """A Gaussian policy π, a value function V and one Adam over both: what PPO and IMPALA
-    learn (cfg: PPOConfig or ImpalaConfig)."""
+    learn (cfg: PPOConfig or ImpalaConfig). average_gradients(params), called between the
+    backward pass and the clipping, averages the gradients over data-parallel replicas (by
+    default there is one: nothing to do)."""
 
     state_attrs = ("policy", "critic", "optim")
 
-    def __init__(self, cfg, obs_dim: int, act_dim: int, device):
-        self.cfg = cfg
+    def __init__(self, cfg, obs_dim: int, act_dim: int, device, average_gradients=lambda params: None):
+        self.cfg, self.average_gradients = cfg, average_gradients
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
         self.critic = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm).to(device)
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
         self.optim = adam(self.params, cfg.lr)
+
+    def optimise(self, loss: torch.Tensor) -> None:
+        """One step of Adam on `loss`, its gradient clipped to a norm of cfg.max_grad_norm."""
+        self.optim.zero_grad(set_to_none=True)
+        loss.backward()
+        self.average_gradients(self.params)
+        nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        self.optim.step()
 
 
 class PPO(GaussianActorCritic):
@@ -111,10 +121,7 @@ class PPO(GaussianActorCritic):
                 policy_loss, ratio = clipped_surrogate_loss(log_prob, mb["log_prob"], mb["advantage"], cfg.clip)
                 value_loss = clipped_value_loss(self.critic(mb["obs"]), mb["value"], mb["return"], cfg.value_clip)
                 loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy.mean()
-                self.optim.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
-                self.optim.step()
+                self.optimise(loss)
                 stats += torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach().mean(),
                                       ((ratio - 1.0) - ratio.log()).mean(),  # Schulman's k3 estimate of KL
                                       ((ratio - 1.0).abs() > cfg.clip).float().mean()])

@@ -17,20 +17,28 @@ FIXED_COLUMNS = ["env_steps", "wall_time_s"]
 
 
 class MetricsCsv:
-    def __init__(self, path: str):
+    """start_env_steps: where the run writing now starts (0, or the env steps of the checkpoint
+    it resumes from). A run resumed into its own directory appends after the rows up to there;
+    rows logged beyond it (by the launch that went on past its last checkpoint and then stopped)
+    are dropped, so the file is one timeline with no row twice. `dropped` counts them."""
+
+    def __init__(self, path: str, start_env_steps: int = 0):
         self.path = path
         self.last_wall_time_s = 0.0
+        self.dropped = 0
         if os.path.exists(path) and os.path.getsize(path) > 0:
-            # A run resumed into its own directory appends; its wall time carries on from the
-            # last row so curves against wall time stay continuous.
             with open(path, newline="") as f:
                 rows = list(csv.reader(f))
             if rows[0][:2] != FIXED_COLUMNS:
                 raise ValueError(f"{path} exists but is not a pql metrics file "
                                  f"(its header starts {rows[0][:2]}, expected {FIXED_COLUMNS})")
             self.columns = rows[0]
-            if len(rows) > 1:
-                self.last_wall_time_s = _to_float(rows[-1][1])
+            kept = [r for r in rows[1:] if len(r) >= 2 and _to_float(r[0]) <= start_env_steps]
+            self.dropped = len(rows) - 1 - len(kept)
+            if self.dropped:
+                self._rewrite(kept)
+            if kept:  # wall time carries on from the last row: curves against wall time stay continuous
+                self.last_wall_time_s = _to_float(kept[-1][1])
             self._open("a")
         else:
             self.columns = list(FIXED_COLUMNS)
@@ -58,13 +66,17 @@ class MetricsCsv:
         with open(self.path, newline="") as f:
             rows = list(csv.reader(f))[1:]
         self.columns += new_columns
+        self._rewrite(rows)
+        self._open("a")
+
+    def _rewrite(self, rows: list[list[str]]) -> None:
+        """The file with the current header and `rows`, replaced whole (a crash keeps the old one)."""
         tmp = self.path + ".tmp"
         with open(tmp, "w", newline="") as f:
             writer = csv.writer(f, lineterminator="\n")
             writer.writerow(self.columns)
             writer.writerows(r + [""] * (len(self.columns) - len(r)) for r in rows)
         os.replace(tmp, self.path)
-        self._open("a")
 
     def close(self) -> None:
         self._file.close()

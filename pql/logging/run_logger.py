@@ -29,11 +29,13 @@ class RunLogger:
     total_env_steps: the run's env-step budget, for the console's percentage and time left.
     progress_every_s: the console line is printed at most this often.
     max_time_s: the run's wall-time limit (None: none), for the console's time left.
+    start_env_steps: where this run starts (a resumed run: its checkpoint's env steps); what an
+        earlier launch logged past it in this run_dir is dropped (metrics.csv, TensorBoard).
     """
 
     def __init__(self, run_dir: str | os.PathLike, config: dict, total_env_steps: int,
                  wandb: WandbSettings | None = None, progress_every_s: float = 10.0,
-                 max_time_s: float | None = None):
+                 max_time_s: float | None = None, start_env_steps: int = 0):
         if total_env_steps <= 0:
             raise ValueError(f"total_env_steps={total_env_steps!r} is not allowed; expected an integer > 0")
         self.run_dir = os.fspath(run_dir)
@@ -44,8 +46,11 @@ class RunLogger:
         config_text = json.dumps(config, indent=2, default=str)
         with open(os.path.join(self.run_dir, CONFIG_JSON), "w") as f:
             f.write(config_text + "\n")
-        self._csv = MetricsCsv(os.path.join(self.run_dir, METRICS_CSV))
-        self._tb = SummaryWriter(log_dir=self.run_dir, flush_secs=10)
+        self._csv = MetricsCsv(os.path.join(self.run_dir, METRICS_CSV), start_env_steps)
+        if self._csv.dropped:
+            print(f"pql: {METRICS_CSV}: dropped {self._csv.dropped} rows logged after env step {start_env_steps:,}, "
+                  "where this run starts (after the checkpoint it resumes from)", flush=True)
+        self._tb = SummaryWriter(log_dir=self.run_dir, flush_secs=10, purge_step=start_env_steps + 1)
         self._tb.add_text("config", "```\n" + config_text + "\n```")  # TensorBoard renders markdown
         self._progress = Progress(total_env_steps, progress_every_s, max_time_s)
         self._start = time.monotonic()

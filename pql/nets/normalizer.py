@@ -20,9 +20,12 @@ class ObsNormalizer(nn.Module):
     @torch.no_grad()
     def update(self, obs: torch.Tensor) -> None:
         """obs: [B, obs_dim] raw observations on the normaliser's device."""
-        batch_mean = obs.mean(0)
-        batch_var = obs.var(0, unbiased=False)
-        n = obs.shape[0]
+        self.update_moments(obs.shape[0], obs.mean(0), obs.var(0, unbiased=False))
+
+    @torch.no_grad()
+    def update_moments(self, n, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
+        """Fold in a batch of n observations (a number, or a 0-d tensor on the device) with
+        mean and (biased) variance [obs_dim]."""
         total = self.count + n
         delta = batch_mean - self.mean
         # Chan et al.'s parallel combination of two (mean, M2) summaries.

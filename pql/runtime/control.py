@@ -8,8 +8,10 @@ launch (a after the warm-up). With β_a:v = 1:beta_av, β_p:v = 1:beta_pv and a 
 * the V-learner may update while  v < beta_av · a   and   v < beta_pv · p + beta_av · max_lag
 * the P-learner may update while  p < v / beta_pv
 
-so over a run v/a → beta_av and v/p → beta_pv, each off by at most the window. These are
-predicates only: a role that may not run waits (pql/runtime/waiting.py) until one holds.
+so over a run v/a → beta_av and v/p → beta_pv, each off by at most the window. Once the actor
+has finished, the learners catch up: the run ends at v = beta_av · a and p = ⌊v / beta_pv⌋ exactly
+(`caught_up`), counts every replica of a data-parallel run reaches alike. These are predicates
+only: a role that may not run waits (pql/runtime/waiting.py) until one holds.
 """
 from __future__ import annotations
 
@@ -74,6 +76,10 @@ class RatioController:
     def policy_may_update(self) -> bool:
         _, v, p = self.progress()
         return (p + 1) * self.beta_pv <= v
+
+    def caught_up(self) -> bool:
+        """Whether neither learner may update any more: with the actor finished, the end of the run."""
+        return not (self.critic_may_update() or self.policy_may_update())
 
     def started(self) -> bool:
         """Whether every role has counted work in this launch."""

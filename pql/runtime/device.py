@@ -80,10 +80,13 @@ class Fence:
 
 
 class InFlight:
-    """Copies queued on `device`'s current stream, oldest first, each marked by a fence."""
+    """Copies queued on `device`'s current stream, oldest first, each marked by a fence.
+    wait=True: each copy is waited for as it is marked, so what has landed never depends on
+    timing (sequential mode under torchrun: the replicas' roles must make their collectives in
+    the same order, and that order follows what has landed)."""
 
-    def __init__(self, device: torch.device):
-        self.device = device
+    def __init__(self, device: torch.device, wait: bool = False):
+        self.device, self.wait = device, wait
         self._fences: collections.deque[Fence] = collections.deque()
 
     def __len__(self) -> int:
@@ -91,7 +94,10 @@ class InFlight:
 
     def mark(self) -> None:
         """Mark the copy just queued."""
-        self._fences.append(Fence(self.device).record())
+        fence = Fence(self.device).record()
+        if self.wait:
+            fence.wait()
+        self._fences.append(fence)
 
     def landed(self) -> int:
         """Forget the copies that have landed. -> how many did (a stream runs its work in order,

@@ -13,25 +13,66 @@ evaluate, checkpoint, log and stop. Every checkpoint has one layout:
 
 "policy" and "normalizer" are what an evaluation (test=true) or a deployment needs; "roles" is
 what a resume needs beyond them.
+
+Under torchrun every replica's main process runs `train` (pql/runtime/distributed.py); rank 0
+alone evaluates, logs, checkpoints and prints, the others only train and post their ratios
+for rank 0's lines. A checkpoint also records how many replicas wrote it ("replicas"), and
+resumes with as many.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sys
 import time
 from typing import Protocol
 
 import torch
 from torch import nn
 
-from pql.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from pql.checkpoint import CheckpointWriteError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from pql.config import ALGORITHMS, ConfigError, apply_device_defaults, to_dict
 from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.logging import RunLogger, WandbSettings
 from pql.nets import ObsNormalizer
 from pql.runtime.device import use_device
+from pql.runtime.divergence import check_state
+from pql.runtime.distributed import (CAUSE_WAIT_S, RankBoard, ReplicaLost, Replicas, close_replicas,
+                                     failure_elsewhere, init_replicas, post_failure)
+from pql.runtime.supervisor import threads_per_process
 
 EVAL_SEED_OFFSET = 10_000  # evaluation envs draw other initial states than the training envs
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (docker stop, Kubernetes, SLURM preemption, `timeout`): handled as Ctrl-C is, with
+    a checkpoint of where the run stands; the role processes ignore both and leave them to the
+    main process."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises Terminated in the main thread while in the block (elsewhere, as in a
+    test's worker thread, signals cannot be handled: nothing changes)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
 
 
 class Runner(Protocol):
@@ -68,24 +109,50 @@ class Runner(Protocol):
 def train(cfg) -> dict:
     """Train (or, with cfg.test, evaluate cfg.checkpoint) with the runner of cfg.algo.
     -> the final scalars ("eval/return" included)."""
+    replicas = Replicas.from_env()
+    with contextlib.ExitStack() as stack:
+        if not replicas.lead:  # only rank 0 prints; errors (stderr) come from every rank
+            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+        stack.enter_context(_sigterm_as_interrupt())
+        timeout_s = cfg.runtime.stall_timeout_s
+        try:
+            init_replicas(replicas, timeout_s)
+            return _train(cfg, replicas)
+        except ReplicaLost as e:
+            cause = failure_elsewhere(replicas, timeout_s)
+            raise ReplicaLost(f"rank {replicas.rank}: {e} (no other replica reported a cause within "
+                              f"{CAUSE_WAIT_S:.0f} s)" if cause is None else
+                              f"{cause}\n(rank {replicas.rank} stopped with it: {e})") from e
+        except Exception as e:
+            post_failure(replicas, f"rank {replicas.rank}: {e}", timeout_s)
+            raise
+        finally:
+            close_replicas()
+
+
+def _train(cfg, replicas: Replicas) -> dict:
     runner_cls = ALGORITHMS[cfg.algo.name].load_runner()
-    device = use_device(apply_device_defaults(cfg))  # prints the settings line
-    if cfg.runtime.torch_threads:
-        torch.set_num_threads(cfg.runtime.torch_threads)
-    torch.manual_seed(cfg.runtime.seed)
-    eval_env = build_env(cfg.task, cfg.task.eval_envs, device, cfg.runtime.seed + EVAL_SEED_OFFSET)
+    device = use_device(apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None,
+                                              replicas.world))  # prints the settings line
+    if cfg.runtime.torch_threads or replicas.local_world > 1:
+        torch.set_num_threads(threads_per_process(cfg, 1))
+    torch.manual_seed(replicas.seed(cfg.runtime.seed))
+    eval_env = build_env(cfg.task, cfg.task.eval_envs if replicas.lead else 1, device,
+                         cfg.runtime.seed + EVAL_SEED_OFFSET)
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim
-    resume = load_resume(cfg)
+    resume = load_resume(cfg, replicas.world)
     if cfg.test:
         return evaluate_checkpoint(cfg, eval_env, runner_cls.make_policy(cfg, obs_dim, act_dim), resume, device)
     runner = runner_cls(cfg, device, obs_dim, act_dim, resume)
     if resume is not None:
         set_rng_state(resume["rng"])  # after the networks are built: building them draws from it
-        print(f"pql: resuming from {cfg.checkpoint} at {resume['counters']['env_steps']:,} env steps", flush=True)
+        print(f"pql: resuming from {cfg.checkpoint} at {resume['counters']['env_steps'] * replicas.world:,} env steps",
+              flush=True)
     logger = RunLogger(cfg.run_dir, to_dict(cfg), cfg.runtime.max_env_steps,
                        wandb=WandbSettings(**vars(cfg.wandb)) if cfg.wandb.activate else None,
-                       progress_every_s=cfg.runtime.log_every_s, max_time_s=cfg.runtime.max_time_s)
-    monitor = Monitor(cfg, runner, eval_env, logger)
+                       progress_every_s=cfg.runtime.log_every_s, max_time_s=cfg.runtime.max_time_s,
+                       start_env_steps=runner.counts()["env_steps"]) if replicas.lead else None
+    monitor = Monitor(cfg, runner, eval_env, logger, RankBoard(replicas, cfg.runtime.stall_timeout_s))
     try:
         runner.run(monitor)
     except KeyboardInterrupt:
@@ -93,13 +160,15 @@ def train(cfg) -> dict:
         raise
     finally:
         runner.close()
-        logger.close()
+        if logger is not None:
+            logger.close()
     return monitor.report_done()
 
 
-def load_resume(cfg) -> dict | None:
+def load_resume(cfg, replicas: int = 1) -> dict | None:
     """The state of cfg.checkpoint (None without one). A checkpoint resumes only the algorithm
-    and task that wrote it: anything else is a config error, before a network is built."""
+    and task that wrote it, on as many replicas: anything else is a config error, before a
+    network is built."""
     if not cfg.checkpoint:
         return None
     state = load_checkpoint(cfg.checkpoint)
@@ -107,6 +176,11 @@ def load_resume(cfg) -> dict | None:
         if state[key] != current:
             raise ConfigError(key, current, f"{state[key]}: {cfg.checkpoint} was written by algo={state['algo']} "
                                             f"task={state['task']}")
+    written_by = state.get("replicas", 1)
+    if written_by != replicas:
+        raise ConfigError("checkpoint", cfg.checkpoint, f"a checkpoint of {replicas} replica(s): this one was "
+                                                        f"written by {written_by}; resume it with as many "
+                                                        f"(torchrun --nproc_per_node × --nnodes = {written_by})")
     return state
 
 
@@ -125,10 +199,12 @@ def evaluate_checkpoint(cfg, eval_env, policy: nn.Module, state: dict, device) -
 class Monitor:
     """The main process's schedule for every runner: evaluations every runtime.eval_every env
     steps, checkpoints every runtime.checkpoint_every, a logged line every runtime.log_every_s,
-    and when to stop (runtime.max_time_s, or solved: an evaluation reached runtime.stop_at_return)."""
+    and when to stop (runtime.max_time_s, or solved: an evaluation reached runtime.stop_at_return).
+    Env steps are those of every replica. Without a logger (ranks > 0) it only posts this
+    replica's ratios to the board every runtime.log_every_s, for rank 0's lines."""
 
-    def __init__(self, cfg, runner: Runner, eval_env, logger: RunLogger):
-        self.cfg, self.runner, self.eval_env, self.logger = cfg, runner, eval_env, logger
+    def __init__(self, cfg, runner: Runner, eval_env, logger: RunLogger | None, board: RankBoard):
+        self.cfg, self.runner, self.eval_env, self.logger, self.board = cfg, runner, eval_env, logger, board
         self.start = time.monotonic()
         self.solved = False
         self.last_eval_version = -1  # the policy version evaluated last
@@ -151,22 +227,38 @@ class Monitor:
         solved reports the evaluation that solved it."""
         counts = self.runner.counts()
         env_steps = counts["env_steps"]
+        if self.logger is None:
+            self._post(counts, final)
+            return
         version = self.runner.policy_version()
         final_eval_due = final and not self.solved and version != self.last_eval_version
         if version and (env_steps >= self.next_eval or final_eval_due):
             self._log(env_steps, self._evaluate())
             self.next_eval = env_steps + self.cfg.runtime.eval_every
         if env_steps >= self.next_checkpoint or final:
-            self.save_checkpoint(self.checkpoint_path())
             self.next_checkpoint = env_steps + self.cfg.runtime.checkpoint_every
+            try:
+                self.save_checkpoint(self.checkpoint_path())
+            except CheckpointWriteError as e:
+                if final:
+                    raise
+                # The disk may have room again by the next one; the previous checkpoint is whole.
+                print(f"pql: warning: {e}; training goes on", file=sys.stderr, flush=True)
         now = time.monotonic()
         if now - self.last_log_time >= self.cfg.runtime.log_every_s or final:
             dt = max(now - self.last_log_time, 1e-9)
             rates = {("perf/env_steps_per_s" if k == "env_steps" else f"updates_per_s/{k}"): (v - self.last_counts[k]) / dt
                      for k, v in counts.items()}
             self.last_counts, self.last_log_time = counts, now
-            self._log(env_steps, {**rates, **self.runner.scalars(), "time/elapsed_s": self.elapsed()})
+            ranks = {f"{k}.rank{r}": v for r, scalars in self.board.read().items() for k, v in scalars.items()}
+            self._log(env_steps, {**rates, **self.runner.scalars(), **ranks, "time/elapsed_s": self.elapsed()})
             self.logger.progress(env_steps, self.latest)
+
+    def _post(self, counts: dict, final: bool) -> None:
+        now = time.monotonic()
+        if now - self.last_log_time >= self.cfg.runtime.log_every_s or final:
+            self.last_counts, self.last_log_time = counts, now
+            self.board.post({k: v for k, v in self.runner.scalars().items() if k.startswith("ratio/")})
 
     def _log(self, env_steps: int, scalars: dict) -> None:
         scalars = {k: float(v) for k, v in scalars.items()}
@@ -186,16 +278,29 @@ class Monitor:
     def checkpoint_path(self) -> str:
         return os.path.join(self.cfg.run_dir, "checkpoint.pt")
 
-    def save_checkpoint(self, path: str) -> None:
+    def save_checkpoint(self, path: str) -> dict:
+        """Write the run's state to `path`, unless it holds nan or inf (Diverged: the checkpoint
+        already there stays the last good one). -> the counters written."""
         cfg = self.cfg
+        state = self.runner.checkpoint()
+        check_state(state)
         save_checkpoint(path, {"algo": cfg.algo.name, "task": cfg.task.name, "config": to_dict(cfg),
-                               "rng": rng_state(), **self.runner.checkpoint()})
+                               "replicas": self.board.replicas.world, "rng": rng_state(), **state})
+        return state["counters"]
 
     def save_interrupted(self) -> None:
-        """Ctrl-C: write a checkpoint of where the run stands, to resume from."""
+        """Ctrl-C or SIGTERM: write a checkpoint of where the run stands, to resume from (rank 0's
+        job, one replica only: see docs/distributed.md). Further signals are ignored from here on,
+        so a second one cannot cut the checkpoint short (the write is atomic besides)."""
+        with contextlib.suppress(ValueError):  # not the main thread: no handlers to change
+            for s in STOP_SIGNALS:
+                signal.signal(s, signal.SIG_IGN)
+        if self.logger is None or self.board.replicas.world > 1:
+            return
         path = self.checkpoint_path()
-        print(f"\npql: interrupted; writing {path}", flush=True)
-        self.save_checkpoint(path)
+        print(f"\npql: stopping; writing {path}", flush=True)
+        env_steps = self.save_checkpoint(path)["env_steps"]
+        print(f"pql: wrote {path} at {env_steps:,} env steps; resume with checkpoint={path}", flush=True)
 
     def report_done(self) -> dict:
         """Print the run's last line. -> the run's final scalars."""

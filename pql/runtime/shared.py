@@ -56,15 +56,16 @@ class RunCounters(SharedValues):
 
     stop                 1: every role leaves its loop (main, or a failing role)
     checkpoint_request   id of the latest checkpoint the main process asked the roles for (main)
-    env_steps            env transitions stepped (actor)
+    finish               1: the main process asks the actor to finish early (time limit, or solved)
+    env_steps            env transitions stepped by this replica's actor (actor)
     episodes             training episodes finished (actor)
-    actor_done           1 once the actor reached runtime.max_env_steps (actor, or main at the time limit)
+    actor_done           1 once the actor has finished: its budget spent, or asked to finish (actor)
 
     Runners add their own work counts, name those a checkpoint keeps (`persistent`) and those
     whose change is progress for the stall check (`progress`, see waiting.Waiter).
     """
 
-    slots = ("stop", "checkpoint_request", "env_steps", "episodes", "actor_done")
+    slots = ("stop", "checkpoint_request", "finish", "env_steps", "episodes", "actor_done")
     persistent = ("env_steps", "episodes")
     progress = ()
 

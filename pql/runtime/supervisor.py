@@ -17,6 +17,9 @@ import traceback
 
 import torch
 
+from pql.logging.console_log import TRAIN_LOG, console_log
+from pql.runtime.distributed import ReplicaLost, Replicas
+from pql.runtime.divergence import Diverged
 from pql.runtime.shared import SharedState, notify_all
 
 POLL_S = 0.1
@@ -28,37 +31,54 @@ class RoleFailure(RuntimeError):
 
 
 def threads_per_process(cfg, processes: int) -> int:
-    """Torch threads for each of `processes` busy processes: runtime.torch_threads, or on a CPU
-    the cores shared out among them (on a GPU the work is the device's; one thread)."""
+    """Torch threads for each of `processes` busy processes of a replica: runtime.torch_threads,
+    or on a CPU the cores shared out among them and the replicas on this machine (on a GPU the
+    work is the device's; one thread)."""
     if cfg.runtime.torch_threads:
         return cfg.runtime.torch_threads
-    return max(1, (os.cpu_count() or 1) // processes) if cfg.runtime.device == "cpu" else 1
+    if cfg.runtime.device != "cpu":
+        return 1
+    return max(1, (os.cpu_count() or 1) // (processes * Replicas.from_env().local_world))
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so no role outlives the run."""
+def _prepare_role_process(name: str) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so no role outlives the run, and
+    name it after its role (`ps -o comm`, `top`: pql-v_learner)."""
     # Not Linux (no libc.so.6): the stall check's parent test still ends the role.
     with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(15, ctypes.c_char_p(f"pql-{name}".encode()[:15]))  # PR_SET_NAME
 
 
 @contextlib.contextmanager
-def role_process(name: str, shared: SharedState, threads: int):
-    """The frame of every role process: it dies with its parent, leaves Ctrl-C to the main
-    process, and on any exception hands its traceback to the main process through
-    shared.errors, stops the run and exits."""
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+def role_process(name: str, shared: SharedState, threads: int, log_path: str | None):
+    """The frame of every role process: it dies with its parent, leaves Ctrl-C and SIGTERM to
+    the main process (which asks for this role's state, then stops it), copies what it prints
+    into log_path (train.log; None: no copy), and on any exception hands its traceback to the
+    main process through shared.errors, stops the run and exits."""
+    _prepare_role_process(name)
+    for s in (signal.SIGINT, signal.SIGTERM):  # sent to the whole process group by a terminal, SLURM
+        signal.signal(s, signal.SIG_IGN)
     torch.set_num_threads(threads)
     try:
-        yield
-    except BaseException:
-        shared.errors.put((name, traceback.format_exc()))
+        with console_log(log_path):
+            yield
+    except BaseException as e:
+        # Divergence is a finding about the training, not a bug, and a lost replica is another
+        # replica's failure: their messages say it all.
+        said = isinstance(e, (Diverged, ReplicaLost))
+        shared.errors.put((name, str(e) if said else traceback.format_exc(), isinstance(e, ReplicaLost)))
         shared.errors.close()
         shared.errors.join_thread()  # the traceback must leave before the process does
         shared.counters.stop = 1
         notify_all(shared.condition)
         os._exit(1)
+
+
+def role_log_path(cfg) -> str | None:
+    """Where a role process copies what it prints: the run's train.log (rank 0 only)."""
+    return os.path.join(cfg.run_dir, TRAIN_LOG) if Replicas.from_env().lead else None
 
 
 def hand_in(shared: SharedState, request: int, name: str, state: dict) -> None:
@@ -91,13 +111,15 @@ class ProcessRuntime:
                 raise RoleFailure(f"role {name} died ({cause})")
 
     def _raise_reported(self, timeout: float | None) -> None:
-        """Raise RoleFailure with the traceback a role queued, if one arrives within `timeout`
-        (None: only one already there)."""
+        """Raise RoleFailure with the traceback a role queued (ReplicaLost if the role lost the
+        other replicas), if one arrives within `timeout` (None: only one already there)."""
         try:
-            name, tb = self.shared.errors.get(timeout=timeout) if timeout else self.shared.errors.get_nowait()
+            name, text, lost = self.shared.errors.get(timeout=timeout) if timeout else self.shared.errors.get_nowait()
         except queue.Empty:
             return
-        raise RoleFailure(f"role {name} failed:\n{tb.rstrip()}")
+        if lost:
+            raise ReplicaLost(f"role {name}: {text}")
+        raise RoleFailure(f"role {name} failed:\n{text.rstrip()}")
 
     def collect_states(self) -> tuple[dict, dict]:
         """Ask every role for its state and wait (supervising) until all answered (`hand_in`).

@@ -1,5 +1,7 @@
 """The actor role: steps the training envs with its local policy copy, folds n-step
-transitions and stages them in the ring for the learners."""
+transitions and stages them in the ring for the learners. With several replicas it merges its
+observation statistics with theirs at every step and agrees with them on when to finish
+(pql/runtime/distributed.py)."""
 from __future__ import annotations
 
 import torch
@@ -9,6 +11,8 @@ from pql.nets import ObsNormalizer
 from pql.replay.nstep import NStepWindow
 from pql.runtime.control import RatioController
 from pql.runtime.device import InFlight
+from pql.runtime.distributed import FINISH_CHECK_EVERY, ReplicaGroup
+from pql.runtime.divergence import finite_actions
 from pql.runtime.episodes import EpisodeStats
 from pql.runtime.off_policy.precision import InferenceCopy
 from pql.runtime.shared import SharedState
@@ -20,9 +24,11 @@ EPISODE_REPORT_EVERY = 16  # actor steps between reports of the training episode
 class Actor:
     name = "actor"
 
-    def __init__(self, cfg, shared: SharedState, algo, device, ratios: RatioController, fresh_start: bool):
-        self.cfg, self.shared, self.algo, self.device, self.ratios = cfg, shared, algo, device, ratios
-        self.env = build_env(cfg.task, cfg.task.num_envs, device, cfg.runtime.seed)
+    def __init__(self, cfg, shared: SharedState, algo, device, ratios: RatioController, fresh_start: bool,
+                 group: ReplicaGroup):
+        self.cfg, self.shared, self.algo, self.device, self.ratios, self.group = cfg, shared, algo, device, ratios, group
+        seed = group.replicas.seed(cfg.runtime.seed)
+        self.env = build_env(cfg.task, cfg.task.num_envs, device, seed)
         self.policy = algo.make_policy().to(device)
         self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
         self.acting = InferenceCopy(self.policy, cfg.actor.precision)
@@ -34,14 +40,16 @@ class Actor:
         self.critic = algo.make_critic().to(device).requires_grad_(False) if cfg.replay.actor_priorities else None
         self.critic_reader = None if self.critic is None else WeightsReader(shared.weights["critic"], self.critic)
         self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
-        self.generator = torch.Generator(device=device).manual_seed(cfg.runtime.seed + 1)
+        self.generator = torch.Generator(device=device).manual_seed(seed + 1)
         self.obs = self.env.reset()
         self.episodes = EpisodeStats(self.env.num_envs, device, shared.counters.episodes)
         self.local_steps = 0
-        self.ring_writes = InFlight(device)  # staged batches written but not counted yet
+        self.finished = False  # asked to finish (by any replica's main process), and agreed
+        self.ring_writes = InFlight(device, wait=group.ordered)  # staged batches written but not counted yet
 
     def done(self) -> bool:
-        return self.shared.counters.env_steps >= self.cfg.runtime.max_env_steps
+        return self.finished or self.group.replicas.budget_spent(self.shared.counters.env_steps,
+                                                                 self.cfg.runtime.max_env_steps)
 
     def ready(self) -> bool:
         self._count_landed()
@@ -81,9 +89,13 @@ class Actor:
     @torch.no_grad()
     def step(self) -> None:
         c = self.shared.counters
+        if self.local_steps % FINISH_CHECK_EVERY == 0 and self.group.any(bool(c.finish)):
+            self.finished = True  # every replica's actor stops at this same step
+            c.actor_done = 1
+            return
         if self.local_steps % self.cfg.runtime.actor_pull_every == 0:
             self._pull_weights()
-        self.normalizer.update(self.obs)
+        self.group.update_normalizer(self.normalizer, self.obs)
         self.shared.weights["normalizer"].publish(self.normalizer)
         staged = self._staged()
         warming = staged - c.launch_actor_steps < c.warmup_steps
@@ -91,7 +103,8 @@ class Actor:
             action = torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
         else:
             action = self.algo.explore(self.acting.module, self.normalizer(self.obs), self.noise_std)
-        next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
+        with finite_actions(self.name, f"actor step {c.actor_steps:,}"):
+            next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
         c.env_steps += self.env.num_envs
         self.episodes.track(reward, terminated | truncated)
         if self.local_steps % EPISODE_REPORT_EVERY == 0:

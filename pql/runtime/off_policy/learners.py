@@ -1,6 +1,8 @@
 """The two learner roles. The V-learner owns the replay, the critic and its target; the
 P-learner owns the policy and an observation replay. Each keeps a local copy of the other's
-network, refreshed from the versioned shared weights."""
+network, refreshed from the versioned shared weights. With several replicas each learner
+starts from rank 0's network and averages its gradients with the same learner of every other
+replica before each step, so the replicas' networks stay identical."""
 from __future__ import annotations
 
 import copy
@@ -13,6 +15,8 @@ from pql.replay import ReplayBuffer
 from pql.replay.nstep import transition_spec
 from pql.runtime.control import RatioController
 from pql.runtime.device import InFlight, host_values
+from pql.runtime.distributed import ReplicaGroup
+from pql.runtime.divergence import check_values
 from pql.runtime.shared import SharedState
 from pql.runtime.weight_sync import WeightsReader
 
@@ -60,15 +64,15 @@ class _Learner(Checkpointable):
     staged_priorities = False  # whether new items take the priorities the actor staged
 
     def __init__(self, cfg, shared: SharedState, algo, device, ratios: RatioController, obs_dim: int, spec: dict,
-                 sampler, seed: int):
-        self.cfg, self.shared, self.algo, self.device, self.ratios = cfg, shared, algo, device, ratios
-        self.generator = torch.Generator(device=device).manual_seed(seed)
+                 sampler, seed_offset: int, group: ReplicaGroup):
+        self.cfg, self.shared, self.algo, self.device, self.ratios, self.group = cfg, shared, algo, device, ratios, group
+        self.generator = torch.Generator(device=device).manual_seed(group.replicas.seed(cfg.runtime.seed) + seed_offset)
         self.replay = ReplayBuffer(cfg.replay.capacity, spec, device, sampler, self.generator)
         self.normalizer = ObsNormalizer(obs_dim).to(device)
         self.normalizer_reader = WeightsReader(shared.weights["normalizer"], self.normalizer)
         self.updates = 0
         self.ingested = getattr(shared.counters, self.consumed_slot)  # staged batches whose copy is queued
-        self.copies = InFlight(device)  # copies out of the ring not landed yet
+        self.copies = InFlight(device, wait=group.ordered)  # copies out of the ring not landed yet
 
     def idle(self) -> None:
         self.ingest()
@@ -109,6 +113,7 @@ class _Learner(Checkpointable):
     def _optimise(self, loss: torch.Tensor) -> None:
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
+        self.group.average_gradients(p for g in self.optim.param_groups for p in g["params"])
         self.optim.step()
         self.updates += 1
 
@@ -129,13 +134,15 @@ class VLearner(_Learner):
     # Not the sampler's priorities: the replay's contents are not saved, so they would be of nothing.
     state_attrs = ("critic", "target_critic", "optim")
 
-    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int):
+    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int,
+                 group: ReplicaGroup):
         sampler = make_sampler(cfg.replay, cfg.replay.capacity, device)
-        super().__init__(cfg, shared, algo, device, ratios, obs_dim, transition_spec(obs_dim, act_dim), sampler,
-                         cfg.runtime.seed + 2)
+        super().__init__(cfg, shared, algo, device, ratios, obs_dim, transition_spec(obs_dim, act_dim), sampler, 2,
+                         group)
         self.staged_priorities = cfg.replay.actor_priorities
         self.publish_every = cfg.runtime.critic_publish_every
         self.critic = algo.make_critic().to(device)
+        group.broadcast(self.critic)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.policy = algo.make_policy().to(device).requires_grad_(False)
         self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
@@ -161,6 +168,8 @@ class VLearner(_Learner):
     def _report(self, info: dict) -> None:
         stats = self.shared.stats
         stats.critic_loss, stats.q_mean = host_values(info["critic/loss"], info["critic/q"])
+        check_values(self.name, {"critic loss": stats.critic_loss, "mean Q": stats.q_mean},
+                     f"critic update {self.updates:,}", {"critic loss": self.cfg.runtime.max_critic_loss})
         stats.policy_version_lag = self.shared.weights["policy"].current_version() - self.policy_reader.version
 
 
@@ -171,11 +180,13 @@ class PLearner(_Learner):
     publishes = "policy"
     state_attrs = ("policy", "optim")
 
-    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int):
-        super().__init__(cfg, shared, algo, device, ratios, obs_dim, {"obs": ((obs_dim,), torch.float32)}, None,
-                         cfg.runtime.seed + 3)
+    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int,
+                 group: ReplicaGroup):
+        super().__init__(cfg, shared, algo, device, ratios, obs_dim, {"obs": ((obs_dim,), torch.float32)}, None, 3,
+                         group)
         self.publish_every = cfg.runtime.policy_publish_every
         self.policy = algo.make_policy().to(device)
+        group.broadcast(self.policy)
         self.critic = algo.make_critic().to(device).requires_grad_(False)
         self.critic_reader = WeightsReader(shared.weights["critic"], self.critic)
         self.optim = adam(algo.policy_optim_params(self.policy))
@@ -195,3 +206,4 @@ class PLearner(_Learner):
 
     def _report(self, info: dict) -> None:
         self.shared.stats.policy_loss, = host_values(info["policy/loss"])
+        check_values(self.name, {"policy loss": self.shared.stats.policy_loss}, f"policy update {self.updates:,}")

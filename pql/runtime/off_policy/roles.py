@@ -12,10 +12,11 @@ from pql.nets import ObsNormalizer
 from pql.replay.nstep import staging_spec
 from pql.runtime.control import LearnerStats, RatioController, RatioCounters
 from pql.runtime.device import use_device
+from pql.runtime.distributed import Replicas, role_group
 from pql.runtime.off_policy.actor import Actor
 from pql.runtime.off_policy.learners import PLearner, VLearner
 from pql.runtime.shared import SharedState, make_shared_state
-from pql.runtime.supervisor import hand_in, role_process
+from pql.runtime.supervisor import hand_in, role_log_path, role_process
 from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights
 
@@ -52,18 +53,22 @@ def make_ratios(cfg, shared: SharedState) -> RatioController:
 
 def build_role(name: str, cfg, shared: SharedState, algo, device, ratios: RatioController, obs_dim: int, act_dim: int,
                fresh_start: bool):
+    """Role `name`, in the process it runs in; with several replicas it joins the group of the
+    same role of every replica first."""
+    group = role_group(Replicas.from_env(), name, device, cfg.runtime.stall_timeout_s)
     if name == "actor":
-        return Actor(cfg, shared, algo, device, ratios, fresh_start)
+        return Actor(cfg, shared, algo, device, ratios, fresh_start, group)
     cls = {"v_learner": VLearner, "p_learner": PLearner}[name]
-    return cls(cfg, shared, algo, device, ratios, obs_dim, act_dim)
+    return cls(cfg, shared, algo, device, ratios, obs_dim, act_dim, group)
 
 
 def role_main(name: str, cfg, shared: SharedState, obs_dim: int, act_dim: int, resume: dict | None,
               threads: int) -> None:
     """Entry point of a role process."""
-    with role_process(name, shared, threads):
+    with role_process(name, shared, threads, role_log_path(cfg)):
         device = use_device(role_device(cfg, name))
-        torch.manual_seed(cfg.runtime.seed + 17 * (ROLE_NAMES.index(name) + 1))
+        # Each replica explores with noise of its own (networks start from rank 0's: learners.py).
+        torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 17 * (ROLE_NAMES.index(name) + 1))
         ratios = make_ratios(cfg, shared)
         role = build_role(name, cfg, shared, make_rules(cfg, obs_dim, act_dim), device, ratios, obs_dim, act_dim,
                           fresh_start=resume is None)

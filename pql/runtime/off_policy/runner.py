@@ -9,6 +9,7 @@ import torch.multiprocessing as mp
 
 from pql.nets import ObsNormalizer
 from pql.runtime.control import RatioCounters
+from pql.runtime.distributed import Replicas
 from pql.runtime.off_policy.roles import (ROLE_NAMES, build_role, make_ratios, make_rules, make_shared, role_device,
                                           role_main)
 from pql.runtime.off_policy.sequential import interleave
@@ -23,6 +24,7 @@ class OffPolicyRunner:
 
     def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
         self.cfg, self.device, self.obs_dim, self.act_dim, self.resume = cfg, device, obs_dim, act_dim, resume
+        self.world = Replicas.from_env().world  # env_steps counts every replica's
         algo = make_rules(cfg, obs_dim, act_dim)
         self.ctx = mp.get_context("spawn") if cfg.runtime.mode == "process" else None
         self.shared = make_shared(cfg, algo, obs_dim, act_dim, self.ctx)
@@ -57,18 +59,22 @@ class OffPolicyRunner:
             for name in ROLE_NAMES})
         self.processes.start()
         while not self.counters.actor_done:
-            self.processes.check()
             if monitor.should_stop():
-                self.counters.actor_done = 1
-                break
-            monitor.tick()
-            time.sleep(POLL_S)
+                self.counters.finish = 1  # the actor finishes at its next agreement (distributed.py)
+            self._supervise(monitor)
+        while not self.ratios.caught_up():  # the learners' last updates
+            self._supervise(monitor)
         self.processes.check()
         monitor.tick(final=True)
 
+    def _supervise(self, monitor) -> None:
+        self.processes.check()
+        monitor.tick()
+        time.sleep(POLL_S)
+
     def counts(self) -> dict:
         c = self.counters.as_dict()
-        return {"env_steps": c["env_steps"], "actor": c["actor_steps"], "v_learner": c["critic_updates"],
+        return {"env_steps": c["env_steps"] * self.world, "actor": c["actor_steps"], "v_learner": c["critic_updates"],
                 "p_learner": c["policy_updates"]}
 
     def scalars(self) -> dict:

@@ -9,9 +9,12 @@ MONITOR_EVERY = 8  # actor steps between monitor ticks
 
 def interleave(actor, learners, monitor, ratios: RatioController) -> None:
     """Step the actor whenever it may, then let each learner run as far as the ratios allow,
-    until the actor is done or the monitor says stop."""
+    until the actor has finished (its budget spent, or asked to by the monitor); then let the
+    learners catch up to the ratios' final counts."""
     steps = 0
-    while not monitor.should_stop():
+    while True:
+        if monitor.should_stop():
+            actor.shared.counters.finish = 1
         if actor.ready():
             actor.step()
             steps += 1
@@ -19,16 +22,22 @@ def interleave(actor, learners, monitor, ratios: RatioController) -> None:
             break
         for learner in learners:
             learner.ingest()
-        progressed = True
-        while progressed:
-            progressed = False
-            for learner in learners:
-                while learner.ready():
-                    learner.step()
-                    progressed = True
+        _run_learners(learners)
         if not actor.ready() and not actor.done() and not any(learner.ready() for learner in learners):
             a, v, p = ratios.progress()
             raise RuntimeError(f"sequential schedule cannot advance (actor steps {a}, critic updates {v}, "
                                f"policy updates {p})")
         if steps % MONITOR_EVERY == 0:
             monitor.tick()
+    _run_learners(learners)
+
+
+def _run_learners(learners) -> None:
+    """Update each learner as long as the ratios allow any of them to."""
+    progressed = True
+    while progressed:
+        progressed = False
+        for learner in learners:
+            while learner.ready():
+                learner.step()
+                progressed = True

@@ -18,10 +18,11 @@ from pql.algos.ppo import make_gaussian_policy
 from pql.envs import build_env
 from pql.nets import ObsNormalizer
 from pql.runtime.device import synchronize, use_device
+from pql.runtime.distributed import Replicas, role_group
 from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
 from pql.runtime.shared import RunCounters, RunStats, SharedState, make_shared_state, notify_all
-from pql.runtime.supervisor import ProcessRuntime, role_process, threads_per_process
+from pql.runtime.supervisor import ProcessRuntime, role_log_path, role_process, threads_per_process
 from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
@@ -63,19 +64,24 @@ def make_waiter(cfg, shared: SharedState, queue: TrajectoryQueue) -> Waiter:
 
 
 class ImpalaActor:
-    """Rolls out T-step trajectories into free queue slots with its lagging policy copy μ."""
+    """Rolls out T-step trajectories into free queue slots with its lagging policy copy μ. With
+    several replicas, the actors agree before each trajectory on whether to finish."""
 
     def __init__(self, cfg, shared: SharedState, queue: TrajectoryQueue, device):
         self.cfg, self.shared, self.queue, self.device = cfg, shared, queue, device
-        env = build_env(cfg.task, cfg.task.num_envs, device, cfg.runtime.seed)
+        replicas = Replicas.from_env()
+        self.group = role_group(replicas, "actor", device, cfg.runtime.stall_timeout_s)
+        self.finished = False
+        env = build_env(cfg.task, cfg.task.num_envs, device, replicas.seed(cfg.runtime.seed))
         self.policy = make_gaussian_policy(cfg.algo, env.obs_dim, env.act_dim).to(device)
         self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
         normalizer = ObsNormalizer(env.obs_dim).to(device)
         WeightsReader(shared.weights["normalizer"], normalizer).pull_latest()  # the statistics of a resumed run
-        self.worker = RolloutWorker(env, normalizer, shared.counters.episodes)
+        self.worker = RolloutWorker(env, normalizer, self.group, shared.counters.episodes)
 
     def done(self) -> bool:
-        return self.shared.counters.env_steps >= self.cfg.runtime.max_env_steps
+        return self.finished or self.group.replicas.budget_spent(self.shared.counters.env_steps,
+                                                                 self.cfg.runtime.max_env_steps)
 
     def ready(self) -> bool:
         if self.done():  # the learner takes every slot published before it stops
@@ -87,6 +93,9 @@ class ImpalaActor:
     @torch.no_grad()
     def step(self) -> None:
         shared, c = self.shared, self.shared.counters
+        if self.group.any(bool(c.finish)):
+            self.finished = True  # ready() reports it
+            return
         self.policy_reader.pull()
         slot = c.published % self.queue.slots
         self.worker.collect(self.policy, {k: v[slot] for k, v in shared.ring.items()})
@@ -100,10 +109,10 @@ class ImpalaActor:
 
 def actor_main(cfg, shared: SharedState, threads: int) -> None:
     """Entry point of the actor process."""
-    with role_process("actor", shared, threads):
+    with role_process("actor", shared, threads, role_log_path(cfg)):
         device = use_device(cfg.runtime.device)
         # A resumed run does not replay the noise of the first launch.
-        torch.manual_seed(cfg.runtime.seed + 1 + shared.counters.env_steps)
+        torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 1 + shared.counters.env_steps)
         queue = TrajectoryQueue(shared.counters, cfg.algo.queue_size)
         actor = ImpalaActor(cfg, shared, queue, device)
         while make_waiter(cfg, shared, queue).wait(actor.ready, lambda: None, "a free trajectory slot"):
@@ -153,12 +162,15 @@ class ImpalaRunner(OnPolicyRunner):
         self._learn(monitor, fill)
 
     def _learn(self, monitor, fill) -> None:
-        """fill() makes a trajectory available (or returns once the actor is done)."""
-        while not monitor.should_stop():
+        """fill() makes a trajectory available (or returns once the actor is done). The learner
+        takes every trajectory the actor made, so every replica's learner updates as often."""
+        while True:
+            if monitor.should_stop():
+                self.counters.finish = 1  # the actor finishes before its next trajectory
             fill()
             if not self.queue.slot_full():  # the actor is done and every trajectory it made was learnt from
                 break
-            self.info = self._update()
+            self._learned(self._update())
             self.normalizer_reader.pull()
             monitor.tick()
         self.normalizer_reader.pull_latest()

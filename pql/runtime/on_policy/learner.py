@@ -3,13 +3,17 @@ from __future__ import annotations
 
 from pql.algos.ppo import make_gaussian_policy
 from pql.nets import ObsNormalizer
+from pql.runtime.device import host_values
+from pql.runtime.distributed import Replicas, role_group
+from pql.runtime.divergence import check_values
 
 
 class OnPolicyRunner:
     """The learner (a GaussianActorCritic of class `learner_cls`) and its observation normaliser,
-    restored from a checkpoint; the learner's update count is its policy's version. A subclass
-    builds its actor side and provides `progress()` -> (env steps, training episodes) so far,
-    `run`, `scalars` and `close`."""
+    restored from a checkpoint; the learner's update count is its policy's version. With several
+    replicas the learners start from rank 0's networks and average their gradients (`group`).
+    A subclass builds its actor side and provides `progress()` -> (this replica's env steps,
+    training episodes) so far, `run`, `scalars` and `close`."""
 
     learner_cls: type
 
@@ -19,7 +23,11 @@ class OnPolicyRunner:
 
     def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
         self.cfg, self.device = cfg, device
-        self.learner = self.learner_cls(cfg.algo, obs_dim, act_dim, device)
+        self.replicas = Replicas.from_env()
+        self.group = role_group(self.replicas, "learner", device, cfg.runtime.stall_timeout_s)
+        self.learner = self.learner_cls(cfg.algo, obs_dim, act_dim, device, self.group.average_gradients)
+        self.group.broadcast(self.learner.policy)
+        self.group.broadcast(self.learner.critic)
         self.normalizer = ObsNormalizer(obs_dim).to(device)
         self.resumed = {"env_steps": 0, "episodes": 0, "updates": 0}  # the counters this launch starts from
         if resume is not None:
@@ -29,8 +37,14 @@ class OnPolicyRunner:
         self.updates = self.resumed["updates"]
         self.info: dict = {}  # the latest update's scalars
 
+    def _learned(self, info: dict) -> None:
+        """Keep the scalars of the update just made, after checking its losses (Diverged)."""
+        losses = {k: v for k, v in info.items() if k.startswith("loss/")}
+        check_values("learner", dict(zip(losses, host_values(*losses.values()))), f"update {self.updates:,}")
+        self.info = info
+
     def counts(self) -> dict:
-        return {"env_steps": self.progress()[0], "learner": self.updates}
+        return {"env_steps": self.progress()[0] * self.replicas.world, "learner": self.updates}
 
     def policy_version(self) -> int:
         return self.updates

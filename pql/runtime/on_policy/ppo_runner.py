@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pql.algos.ppo import PPO
-from pql.config import ConfigError
 from pql.envs import build_env
 from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
@@ -14,22 +13,22 @@ class PPORunner(OnPolicyRunner):
 
     def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
         T, N = cfg.algo.horizon, cfg.task.num_envs
-        if cfg.algo.minibatches > T * N:
-            raise ConfigError("algo.minibatches", cfg.algo.minibatches,
-                              f"at most algo.horizon * task.num_envs = {T * N} (one sample per minibatch at least)")
         super().__init__(cfg, device, obs_dim, act_dim, resume)
         self.env_steps = self.resumed["env_steps"]
-        self.env = build_env(cfg.task, N, device, cfg.runtime.seed)
-        self.worker = RolloutWorker(self.env, self.normalizer, self.resumed["episodes"])
+        self.env = build_env(cfg.task, N, device, self.replicas.seed(cfg.runtime.seed))
+        self.worker = RolloutWorker(self.env, self.normalizer, self.group, self.resumed["episodes"])
         self.rollout = alloc_tensors(trajectory_spec(obs_dim, act_dim), (T, N), device)
 
     def run(self, monitor) -> None:
         cfg = self.cfg
-        while self.env_steps < cfg.runtime.max_env_steps and not monitor.should_stop():
+        # The replicas agree on stopping early.
+        while (not self.replicas.budget_spent(self.env_steps, cfg.runtime.max_env_steps)
+               and not self.group.any(monitor.should_stop())):
             self.worker.collect(self.learner.policy, self.rollout)
-            self.info = self.learner.update(self.rollout)
+            info = self.learner.update(self.rollout)
             self.env_steps += cfg.algo.horizon * cfg.task.num_envs
             self.updates += cfg.algo.epochs * cfg.algo.minibatches
+            self._learned(info)
             monitor.tick()
         monitor.tick(final=True)
 

@@ -6,6 +6,8 @@ import torch
 
 from pql.envs import to_env_action
 from pql.nets import GaussianActor, ObsNormalizer
+from pql.runtime.distributed import ReplicaGroup
+from pql.runtime.divergence import finite_actions
 from pql.runtime.episodes import EpisodeStats
 
 
@@ -21,11 +23,12 @@ def trajectory_spec(obs_dim: int, act_dim: int) -> dict:
 class RolloutWorker:
     """Steps the training envs with a Gaussian policy and records T-step trajectories. Owns the
     envs' current observations, the observation normaliser (updated with every observation, as
-    in rsl_rl) and the statistics of the training episodes."""
+    in rsl_rl, merged over the replicas) and the statistics of the training episodes."""
 
-    def __init__(self, env, normalizer: ObsNormalizer, episodes: int = 0):
-        """episodes: training episodes finished before (a resumed run continues its count)."""
-        self.env, self.normalizer = env, normalizer
+    def __init__(self, env, normalizer: ObsNormalizer, group: ReplicaGroup, episodes: int = 0):
+        """group: the replicas' collectives (the statistics merge); episodes: training episodes
+        finished before (a resumed run continues its count)."""
+        self.env, self.normalizer, self.group = env, normalizer, group
         self.obs = env.reset()
         self.episodes = EpisodeStats(env.num_envs, env.device, episodes)
 
@@ -33,12 +36,14 @@ class RolloutWorker:
     def collect(self, policy: GaussianActor, out: dict) -> None:
         """Fill every out[field][t] of `trajectory_spec` (tensors [T, N, ...]) with the next T steps."""
         for t in range(out["reward"].shape[0]):
-            self.normalizer.update(self.obs)
+            self.group.update_normalizer(self.normalizer, self.obs)
             obs = self.normalizer(self.obs)
             dist = policy.distribution(obs)
             action = dist.sample()
             # The envs get the sample clipped to the action box; the log-prob is of the raw sample.
-            next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action.clamp(-1.0, 1.0), self.env))
+            with finite_actions("actor", f"rollout step {t}"):
+                next_obs, reward, terminated, truncated, info = self.env.step(
+                    to_env_action(action.clamp(-1.0, 1.0), self.env))
             out["obs"][t] = obs
             out["action"][t] = action
             out["log_prob"][t] = dist.log_prob(action).sum(-1)

@@ -1,0 +1,196 @@
+"""Data-parallel replicas under torchrun on the CPU (gloo): collectives, identical networks,
+ratios, learning, a killed role, and the config and checkpoint checks."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from pql.checkpoint import save_checkpoint
+from pql.config import ConfigError, apply_device_defaults
+from pql.nets import ObsNormalizer
+from pql.runtime.run import load_resume
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE = os.path.join(ROOT, "tests", "replica_probe.py")
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+TASK = ["task=InvertedPendulum", "task.num_envs=8", "runtime.eval_every=1000000000", "task.eval_envs=2"]
+SMALL = TASK + ["algo.batch_size=64", "algo.net.actor_hidden=[32,32]", "algo.net.critic_hidden=[32,32]"]
+
+
+def probe(tmp_path, *args, replicas: bool = True, timeout: int = 300) -> list[dict]:
+    """Run tests/replica_probe.py (under torchrun with two replicas, or alone) -> each rank's state."""
+    cmd = (TORCHRUN if replicas else [sys.executable]) + [PROBE, *args[:1], str(tmp_path), *args[1:]]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2 if replicas else 1)]
+
+
+def flat(state, prefix=""):
+    """{path: tensor} of every tensor in a nested state."""
+    if isinstance(state, torch.Tensor):
+        return {prefix: state}
+    if isinstance(state, dict):
+        return {k: v for key, value in state.items() for k, v in flat(value, f"{prefix}/{key}").items()}
+    if isinstance(state, (list, tuple)):
+        return {k: v for i, value in enumerate(state) for k, v in flat(value, f"{prefix}/{i}").items()}
+    return {}
+
+
+def test_collectives_merge_statistics_and_average_gradients(tmp_path):
+    ranks = probe(tmp_path, "collectives", timeout=120)
+    # One normaliser fed each step's observations of both replicas together.
+    expected = ObsNormalizer(4)
+    for b0, b1 in zip(ranks[0]["batches"], ranks[1]["batches"]):
+        expected.update(torch.cat([b0, b1]))
+    for r in ranks:
+        for key, value in expected.state_dict().items():
+            torch.testing.assert_close(r["normalizer"][key], value, rtol=1e-5, atol=1e-5)
+    # Both start from rank 0's weights; each gets the mean of the two ranks' gradients.
+    assert all(torch.equal(ranks[1]["start"][k], v) for k, v in ranks[0]["start"].items())
+    net = torch.nn.Linear(4, 2)
+    net.load_state_dict(ranks[0]["start"])
+    grads = []
+    for r in ranks:
+        net.zero_grad()
+        net(r["x"]).pow(2).sum().backward()
+        grads.append([p.grad.clone() for p in net.parameters()])
+    for i, (g0, g1) in enumerate(zip(*grads)):
+        for r in ranks:
+            torch.testing.assert_close(r["grads"][i], (g0 + g1) / 2)
+    assert [r["any_rank1"] for r in ranks] == [True, True] and [r["any_none"] for r in ranks] == [False, False]
+
+
+ALGO_RUN = {"pql": SMALL + ["algo.warmup_steps=4"],
+            "ppo": TASK + ["algo=ppo", "algo.horizon=16", "algo.minibatches=2"],
+            "impala": TASK + ["algo=impala", "algo.unroll=16"]}
+
+
+@pytest.mark.parametrize("algo,mode", [("pql", "sequential"), ("pql", "process"), ("ppo", "sequential"),
+                                       ("impala", "process")])
+def test_replicas_hold_identical_networks(tmp_path, algo, mode):
+    """After the run every network, target, optimiser state and normaliser is the same on both
+    ranks, and differs from what one replica alone learns (its data differs)."""
+    overrides = ALGO_RUN[algo] + ["runtime.max_env_steps=2400", f"runtime.mode={mode}"]
+    (tmp_path / "two").mkdir()
+    (tmp_path / "one").mkdir()
+    rank0, rank1 = probe(tmp_path / "two", "train", *overrides)
+    alone, = probe(tmp_path / "one", "train", *overrides, replicas=False)
+    same = {k for k in rank0["counters"] if k != "episodes"}  # each replica's envs end their own episodes
+    assert {k: rank0["counters"][k] for k in same} == {k: rank1["counters"][k] for k in same}
+    learnt = {k: v for k, v in flat(rank0["roles"]).items() if "generator" not in k}
+    other = flat(rank1["roles"])
+    assert learnt and all(torch.equal(v, other[k]) for k, v in learnt.items()), \
+        [k for k, v in learnt.items() if not torch.equal(v, other[k])]
+    assert all(torch.equal(v, flat(rank1["normalizer"])[k]) for k, v in flat(rank0["normalizer"]).items())
+    assert not torch.equal(rank0["normalizer"]["mean"], alone["normalizer"]["mean"])
+    policy = flat(rank0["policy"])
+    assert any(not torch.equal(v, flat(alone["policy"])[k]) for k, v in policy.items())
+    if algo == "pql":
+        # The budget counts both replicas' env steps; each ends exactly at the ratios.
+        for r in (rank0, rank1):
+            c = r["counters"]
+            assert c["env_steps"] == 2400 // 2
+            a = c["actor_steps"] - 4
+            assert c["critic_updates"] == 8 * a and c["policy_updates"] == c["critic_updates"] // 2
+
+
+@pytest.mark.slow
+def test_two_replicas_solve_inverted_pendulum(tmp_path):
+    cmd = TORCHRUN + ["train.py", "task=InvertedPendulum", "runtime.mode=sequential", "runtime.max_env_steps=20000",
+                      f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    done = re.search(r"pql: done: ([\d,]+) env steps .* eval return ([-\d.]+)", proc.stdout)
+    assert done, proc.stdout[-3000:]
+    assert int(done.group(1).replace(",", "")) == 20000 and float(done.group(2)) >= 900, done.group(0)
+    assert proc.stdout.count("pql: done") == 1  # rank 0 alone prints
+    assert "beta_av.rank1 8.00" in proc.stdout
+    assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "metrics.csv").exists()
+    assert not (tmp_path.parent / ".hydra").exists() and not os.path.exists(os.path.join(ROOT, ".hydra"))
+
+
+def role_pids(role: str, rank: int, run_dir) -> list[int]:
+    """The processes named pql-<role> (prctl) of replica `rank` of the run writing to run_dir."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if comm == f"pql-{role}" and env.get(b"RANK") == str(rank).encode() and str(run_dir).encode() in env.get(b"PQL_TEST_RUN", b""):
+            found.append(int(pid))
+    return found
+
+
+def job_pids(run_dir) -> list[int]:
+    """Every process of the job (the marker is in their environment), zombies excluded."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                marked = str(run_dir).encode() in f.read()
+            with open(f"/proc/{pid}/status") as f:
+                zombie = "\nState:\tZ" in f.read()
+        except OSError:
+            continue
+        if marked and not zombie and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
+    cmd = TORCHRUN + ["train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
+                      "runtime.log_every_s=2", f"hydra.run.dir={tmp_path}"]
+    env = {**os.environ, "PQL_TEST_RUN": str(tmp_path)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:  # rank 0's progress lines: both replicas train
+            if re.match(r"[1-9]\S*/\S+ steps", line):
+                break
+        # Rank 1's actor may step while its V-learner is still starting (spawn, imports): wait for its name.
+        deadline = time.monotonic() + 30
+        while len(victims := role_pids("v_learner", 1, tmp_path)) != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(victims) == 1, f"exit code {proc.poll()}"
+        os.kill(victims[0], signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    print(f"the job stopped {elapsed:.1f} s after the kill, exit code {proc.returncode}")
+    assert elapsed < 30 and proc.returncode != 0, err[-3000:]
+    failed = [line for line in err.splitlines() if line.startswith("pql: run failed")]
+    print("\n".join(failed))
+    # Rank 0 lost rank 1 in a collective; whichever replica reports, it reports rank 1's cause.
+    assert failed and set(failed) == {"pql: run failed: rank 1: role v_learner died (killed by SIGKILL)"}, err[-3000:]
+    time.sleep(1)
+    assert job_pids(tmp_path) == []
+
+
+def test_role_devices_and_explicit_gpus_are_refused_under_torchrun(make_config):
+    with pytest.raises(ConfigError, match=r"runtime.actor_device='cpu' is not allowed; expected null under torchrun"):
+        apply_device_defaults(make_config(["runtime.actor_device=cpu"]), local_rank=0, replicas=2)
+    with pytest.raises(ConfigError, match=r"runtime.device='cuda:1' is not allowed; expected auto, cuda or cpu under torchrun"):
+        apply_device_defaults(make_config(["runtime.device=cuda:1"]), local_rank=1, replicas=2)
+    assert str(apply_device_defaults(make_config(["runtime.device=cpu"]), local_rank=1, replicas=2)) == "cpu"
+
+
+def test_a_checkpoint_resumes_on_as_many_replicas(make_config, tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"algo": "pql", "task": "InvertedPendulum", "replicas": 2})
+    cfg = make_config(["task=InvertedPendulum", f"checkpoint={path}"])
+    assert load_resume(cfg, 2)["replicas"] == 2
+    with pytest.raises(ConfigError, match="written by 2; resume it with as many"):
+        load_resume(cfg, 1)
