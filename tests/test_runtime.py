@@ -315,3 +315,25 @@ def test_raising_role_reports_its_traceback(make_config, tmp_path):
     assert "role v_learner failed" in proc.stderr and "Traceback" in proc.stderr and "size mismatch" in proc.stderr
     log = (tmp_path / "resumed" / "train.log").read_text()  # the console, error included, kept in the run dir
     assert log.startswith("pql: task=InvertedPendulum") and "role v_learner failed" in log and "size mismatch" in log
+
+
+def test_evaluation_runs_on_one_thread_and_gives_the_count_back(make_config):
+    """An evaluation's idle thread pool would spin on the cores the roles train on: it runs on one
+    torch thread, and the process keeps its own count afterwards."""
+    cfg = make_config(SMALL)
+    env = build_env(cfg.task, 3, "cpu", 0)
+    seen = []
+
+    class Recording(torch.nn.Module):
+        def forward(self, obs):
+            seen.append(torch.get_num_threads())
+            return torch.zeros(obs.shape[0], env.act_dim)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        evaluate(env, Recording(), ObsNormalizer(env.obs_dim))
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

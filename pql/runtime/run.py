@@ -268,12 +268,14 @@ class Monitor:
     def _evaluate(self) -> dict:
         """Evaluate the newest policy with the newest observation statistics."""
         policy, normalizer, version = self.runner.latest_policy()
+        start = time.monotonic()
         ret, length = evaluate(self.eval_env, policy, normalizer)
         self.last_eval_version = version
         target = self.cfg.runtime.stop_at_return
         if target is not None and ret >= target:
             self.solved = True
-        return {"eval/return": ret, "eval/length": length, "eval/policy_version": version}
+        return {"eval/return": ret, "eval/length": length, "eval/policy_version": version,
+                "time/eval_s": time.monotonic() - start}
 
     def checkpoint_path(self) -> str:
         return os.path.join(self.cfg.run_dir, "checkpoint.pt")
