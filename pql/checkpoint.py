@@ -12,8 +12,11 @@ pickled code.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import random
+import signal
+import threading
 import uuid
 
 import numpy as np
@@ -49,11 +52,12 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
     tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         try:
-            with open(tmp, "xb") as f:
-                torch.save({"format": FORMAT, "version": VERSION, "state": state}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            with _stop_signals_held():
+                with open(tmp, "xb") as f:
+                    torch.save({"format": FORMAT, "version": VERSION, "state": state}, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
         except BaseException:  # KeyboardInterrupt too: never leave the temporary file behind
             if os.path.exists(tmp):
                 os.remove(tmp)
@@ -64,11 +68,33 @@ def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
         raise CheckpointWriteError(f"could not write checkpoint {path}: {_reason(e)}; {kept}") from e
 
 
+@contextlib.contextmanager
+def _stop_signals_held():
+    """Hold SIGINT and SIGTERM back while a checkpoint is written: one that arrives meanwhile is
+    raised again once the file is whole and in place (a stop signal raises inside torch.save
+    otherwise, and the write is lost with it). Handlers belong to the main thread: elsewhere
+    this holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
 def _reason(error: Exception) -> str:
     """The innermost cause's words: torch.save wraps the file system's error in its own."""
     while error.__cause__ is not None or error.__context__ is not None:
         error = error.__cause__ or error.__context__
-    return error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 # Exact types: subclasses (numpy float64, IntEnum, namedtuple, defaultdict) pickle as their own

@@ -95,3 +95,31 @@ def test_rng_state_round_trip_through_a_checkpoint(tmp_path):
     _draws()
     set_rng_state(load_checkpoint(tmp_path / "rng.pt")["rng"])
     assert _draws() == expected
+
+
+def test_a_stop_signal_during_the_write_waits_for_a_whole_checkpoint(tmp_path, monkeypatch):
+    """SIGTERM in the middle of torch.save (the chaos test caught one) is delivered once the file
+    is whole and in place, not inside the write."""
+    import signal
+
+    class Stopped(Exception):
+        pass
+
+    def stop(signum, frame):
+        raise Stopped()
+
+    real_save = torch.save
+
+    def save_with_a_signal(obj, f):
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_save(obj, f)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    monkeypatch.setattr(torch, "save", save_with_a_signal)
+    try:
+        with pytest.raises(Stopped):
+            save_checkpoint(tmp_path / "ckpt.pt", {"x": torch.arange(100_000)})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert torch.equal(load_checkpoint(tmp_path / "ckpt.pt")["x"], torch.arange(100_000))
+    assert os.listdir(tmp_path) == ["ckpt.pt"]

@@ -21,11 +21,10 @@ class Checkpointable:
 
 def adam(params, lr: float | None = None) -> torch.optim.Adam:
     """Adam over `params` (tensors or param groups); fused into one kernel per step when they
-    are on CUDA or the CPU (the default launches several per parameter tensor; measured on the
-    CPU: a batch-256 Ant critic update 5.8 -> 5.2 ms)."""
+    are on CUDA (the default there launches several per parameter tensor)."""
     groups = [{**g, "params": list(g["params"])} if isinstance(g, dict) else g for g in params]
     tensors = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
-    fused = True if all(p.device.type in ("cuda", "cpu") for p in tensors) else None  # None: torch's default
+    fused = True if all(p.is_cuda for p in tensors) else None  # None: torch's default elsewhere
     return torch.optim.Adam(groups, **({} if lr is None else {"lr": lr}), fused=fused)
 
 
