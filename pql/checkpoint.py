@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 FORMAT = "pql-checkpoint"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a run: Ctrl-C; docker stop, SLURM, `timeout`
 VERSION = 2  # 2: one layout for every algorithm (algo, task, counters by name, policy, normalizer, roles)
 
 
@@ -78,7 +79,7 @@ def _stop_signals_held():
         yield
         return
     caught = []
-    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in STOP_SIGNALS}
     try:
         yield
     finally:

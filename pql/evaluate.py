@@ -20,6 +20,7 @@ def one_torch_thread():
 
 
 @torch.no_grad()
+@one_torch_thread()
 def evaluate(env, policy, normalizer) -> tuple[float, float]:
     """Run the deterministic policy (its forward: the mean action, clipped to the action box as in
     training) until every env has finished one episode, on one torch thread: a few envs' worth of
@@ -27,11 +28,6 @@ def evaluate(env, policy, normalizer) -> tuple[float, float]:
     cores the training processes need (measured on 2 cores, Ant: an evaluation took 12 s with 2
     threads and the roles all but stopped meanwhile; 2.3 s with 1, training going on).
     -> (mean return, mean length) over the env's num_envs first episodes."""
-    with one_torch_thread():
-        return _episodes(env, policy, normalizer)
-
-
-def _episodes(env, policy, normalizer) -> tuple[float, float]:
     obs = env.reset()
     n = env.num_envs
     returns = torch.zeros(n, device=env.device)

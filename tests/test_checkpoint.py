@@ -1,6 +1,7 @@
 """Atomic checkpoints, clear load errors, and RNG state round trips, on real files."""
 import os
 import random
+import signal
 
 import numpy as np
 import pytest
@@ -100,7 +101,6 @@ def test_rng_state_round_trip_through_a_checkpoint(tmp_path):
 def test_a_stop_signal_during_the_write_waits_for_a_whole_checkpoint(tmp_path, monkeypatch):
     """SIGTERM in the middle of torch.save (the chaos test caught one) is delivered once the file
     is whole and in place, not inside the write."""
-    import signal
 
     class Stopped(Exception):
         pass

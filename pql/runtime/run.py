@@ -31,7 +31,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from pql.checkpoint import CheckpointWriteError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from pql.checkpoint import (STOP_SIGNALS, CheckpointWriteError, load_checkpoint, rng_state, save_checkpoint,
+                            set_rng_state)
 from pql.config import ALGORITHMS, ConfigError, apply_device_defaults, to_dict
 from pql.envs import build_env
 from pql.evaluate import evaluate
@@ -44,7 +45,6 @@ from pql.runtime.distributed import (CAUSE_WAIT_S, RankBoard, ReplicaLost, Repli
 from pql.runtime.supervisor import threads_per_process
 
 EVAL_SEED_OFFSET = 10_000  # evaluation envs draw other initial states than the training envs
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Terminated(KeyboardInterrupt):

@@ -17,6 +17,7 @@ import traceback
 
 import torch
 
+from pql.checkpoint import STOP_SIGNALS
 from pql.logging.console_log import TRAIN_LOG, console_log
 from pql.runtime.distributed import ReplicaLost, Replicas
 from pql.runtime.divergence import Diverged
@@ -58,7 +59,7 @@ def role_process(name: str, shared: SharedState, threads: int, log_path: str | N
     into log_path (train.log; None: no copy), and on any exception hands its traceback to the
     main process through shared.errors, stops the run and exits."""
     _prepare_role_process(name)
-    for s in (signal.SIGINT, signal.SIGTERM):  # sent to the whole process group by a terminal, SLURM
+    for s in STOP_SIGNALS:  # sent to the whole process group by a terminal, SLURM
         signal.signal(s, signal.SIG_IGN)
     torch.set_num_threads(threads)
     try:
