@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from pql.cli import check_overrides
 from pql.config import (ALGORITHMS, Config, ConfigError, ImpalaConfig, OffPolicyConfig, PPOConfig, PQLConfig,
                         PQLDConfig, SACConfig, TaskConfig, load_config, register_configs)
+from tasks import TASK_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG_DIR = os.path.join(ROOT, "cfg")
@@ -96,8 +97,9 @@ def test_bad_impala_truncation_levels():
     (["checkpoint=/nonexistent/checkpoint.pt"], "checkpoint not found: /nonexistent/checkpoint.pt"),
     (["algo.beta_av=nan"], "algo.beta_av=nan is not allowed; expected an integer >= 1"),
     (["runtime.max_time_s=inf"], "runtime.max_time_s=inf is not allowed"),
-    (["replay.capacity=10", "task.num_envs=64"], "replay.capacity=10 is not allowed; expected an integer >= 256: "
-                                                 "at least algo.batch_size (256) and task.num_envs (64"),
+    (["replay.capacity=10", "task.num_envs=64", "algo.batch_size=256"],
+     "replay.capacity=10 is not allowed; expected an integer >= 256: at least algo.batch_size (256) and "
+     "task.num_envs (64"),
     (["algo=ppo", "algo.minibatches=100000"], "algo.minibatches=100000 is not allowed; expected at most "
                                               "algo.horizon * task.num_envs = 2048"),
     (["algo.nstep=2000"], "algo.nstep=2000 is not allowed; expected an integer <= 1000 (the longest Ant episode)"),
@@ -150,7 +152,8 @@ def test_every_numeric_key_rejects_nan_and_infinities(algo):
 def test_defaults_validate():
     cfg = load_config(composed([]))
     assert cfg.task.name == "Ant" and cfg.algo.name == "pql"
-    assert (cfg.algo.beta_av, cfg.algo.beta_pv) == (8, 2)
+    # β_a:v is the device's, set by apply_device_defaults (tests/test_device.py); β_p:v the paper's 2.
+    assert (cfg.algo.beta_av, cfg.algo.beta_pv) == (None, 2)
 
 
 @pytest.mark.parametrize("override, key, allowed", [
@@ -190,7 +193,7 @@ def test_the_default_algorithm_is_the_dataclass_default():
     assert raw["algo"] == plain(Config().algo) and raw["task"] == plain(TaskConfig())
 
 
-@pytest.mark.parametrize("task", ["Ant", "HalfCheetah", "Hopper", "Humanoid", "InvertedPendulum", "isaacgym"])
+@pytest.mark.parametrize("task", [*TASK_NAMES, "isaacgym"])
 def test_task_files_restate_no_default(task):
     own = OmegaConf.to_container(OmegaConf.load(os.path.join(CFG_DIR, "task", f"{task}.yaml")))
     defaults = dataclasses.asdict(TaskConfig())

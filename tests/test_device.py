@@ -48,6 +48,16 @@ def test_cuda_devices_resolve_to_an_index(make_config, fake_cuda, value, resolve
     apply_device_defaults(cfg)
     assert cfg.runtime.device == resolved
     assert cfg.runtime.compile is True and cfg.algo.batch_size == 8192
+    assert (cfg.algo.beta_av, cfg.runtime.eval_every, cfg.runtime.max_time_s) == (8, 2_000_000, None)
+
+
+def test_cpu_defaults_spend_a_wall_time_budget(make_config):
+    """On a CPU the learners are the bottleneck (docs/tuning.md): small batches, more updates per
+    env step, rarer evaluations, and 15 minutes rather than an env-step count."""
+    cfg = make_config(["runtime.device=cpu"])
+    apply_device_defaults(cfg)
+    assert (cfg.algo.batch_size, cfg.algo.beta_av, cfg.runtime.eval_every) == (128, 16, 50_000)
+    assert cfg.runtime.max_time_s == 885.0 and cfg.runtime.max_env_steps == 10_000_000
 
 
 def test_a_gpu_the_machine_lacks_is_a_config_error(make_config, fake_cuda):

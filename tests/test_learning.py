@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-import tasks
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
 from pql.checkpoint import load_checkpoint
 from pql.envs import build_env, to_env_action
@@ -41,6 +40,24 @@ def test_pql_with_prioritized_replay_solves_inverted_pendulum(make_config, prior
                                  f"replay.priority_mode={priority_mode}"])
 
 
+# InvertedDoublePendulum: about 9.35 per step balanced, so at most ~9,350; a policy of uniform random
+# actions scores 46 (episodes of 6 steps) and one of zero force 85 (10 steps), measured over 100
+# envs. A run measured for this test reached 9,359 (1,000 steps balanced) after 61k env steps in
+# 85 s on this project's 2-core VM. torch_threads=1: on a CPU that other work keeps busy, torch's
+# default of a thread per core made each update 50 times slower there (25 ms against 0.5 ms).
+DOUBLE_PENDULUM = ["task=InvertedDoublePendulum", "task.num_envs=16", "runtime.mode=sequential",
+                   "runtime.torch_threads=1", "runtime.max_env_steps=2000000", "runtime.max_time_s=120",
+                   "runtime.eval_every=4000", "runtime.stop_at_return=9000", "runtime.log_every_s=15",
+                   "runtime.checkpoint_every=1000000000", "algo.batch_size=256", "algo.net.actor_hidden=[64,64]",
+                   "algo.net.critic_hidden=[64,64]"]
+
+
+@pytest.mark.slow
+def test_pql_solves_inverted_double_pendulum(make_config):
+    final = train(make_config(DOUBLE_PENDULUM))
+    assert final["eval/return"] >= 9000, final
+
+
 @torch.no_grad()
 def forward_distance_and_return(env, act) -> tuple[float, float]:
     """Mean x-distance (m) the torso travels in one episode per env under act(obs), and the mean return."""
@@ -59,23 +76,22 @@ def forward_distance_and_return(env, act) -> tuple[float, float]:
     return float(distance.mean()), float(returns.mean())
 
 
-# Ant, sequential mode, an env-step budget rather than a wall-time one: the run is the same on any
-# machine as fast as this one's CPU kind (about 4 minutes on this project's 2-core VM). An Ant
-# that stands still scores about 1,000 (one per step alive, no torque spent) and goes nowhere; the
-# untrained policy stands, the first updates make it fall, and PQL learns back from its own
-# data (README, "Ant on a CPU"). So the test asks that the final policy beats standing still,
-# and that it walks: its torso travels at least ANT_MIN_DISTANCE along +x in an episode.
-ANT_CPU = ["algo.batch_size=256", "algo.warmup_steps=400", "algo.noise_std_max=0.4", "algo.actor_lr=1e-4",
-           "algo.tau=0.01"]
+# Ant with the CPU defaults (what README's command trains), in sequential mode and on an env-step
+# budget rather than a wall-time one: the run is the same on any machine of this one's CPU kind
+# (about 4 minutes on this project's 2-core VM). An Ant that stands still scores about 1,000 (one
+# per step alive, no torque spent) and goes nowhere; the untrained policy stands, the first
+# updates make it fall, and PQL learns back from its own data. So the test asks that the final
+# policy beats standing still by ANT_MARGIN, and that it walks: its torso travels at least
+# ANT_MIN_DISTANCE along +x in an episode.
 ANT_ENV_STEPS = 200_000
-ANT_MIN_DISTANCE = 10.0  # metres; standing still: ~0.1, the run measured for README: ~60
+ANT_MARGIN = 1.3  # × standing still's return (993); the defaults measured 1,665 at 200k env steps
+ANT_MIN_DISTANCE = 30.0  # metres; standing still: ~0.1, the defaults measured 73.7
 
 
 @pytest.mark.slow
 def test_ant_learns_to_walk(make_config, tmp_path):
     cfg = make_config(["task=Ant", "runtime.mode=sequential", f"runtime.max_env_steps={ANT_ENV_STEPS}",
-                       "runtime.eval_every=20000", "runtime.log_every_s=30", "runtime.checkpoint_every=1000000000",
-                       *ANT_CPU])
+                       "runtime.eval_every=20000", "runtime.log_every_s=30", "runtime.checkpoint_every=1000000000"])
     final = train(cfg)
     evals = read_metrics(str(tmp_path / METRICS_CSV))[EVAL_RETURN]
     state = load_checkpoint(tmp_path / "checkpoint.pt")
@@ -89,5 +105,5 @@ def test_ant_learns_to_walk(make_config, tmp_path):
     print(f"Ant: standing still {standing:.0f} ({standing_distance:.2f} m); pql evaluations "
           f"{np.round(evals[np.isfinite(evals)]).tolist()} over {final['time/elapsed_s']:.0f}s; final policy "
           f"walks {distance:.1f} m")
-    assert final[EVAL_RETURN] > standing, (standing, final)
+    assert final[EVAL_RETURN] > ANT_MARGIN * standing, (standing, final)
     assert distance >= ANT_MIN_DISTANCE, distance

@@ -98,6 +98,7 @@ def test_progress_line():
 def test_time_left_is_the_sooner_of_step_budget_and_wall_time_limit():
     by_steps = format_progress(100, 1_000_000_000, 400.0, 60.0, {}, max_time_s=360.0)
     assert by_steps.endswith("0:01:00 elapsed, 0:05:00 left")  # not the ~700 h the step budget would take
+    assert by_steps.startswith("100 steps 16.7% of 0:06:00 |")  # the limit that ends the run, not 0.0% of 1G
     by_time = format_progress(1_200_000, 2_000_000, 40_000.0, 30.0, {}, max_time_s=3600.0)
     assert by_time.endswith("0:00:30 elapsed, 0:00:20 left")
     assert format_progress(0, 100, None, 5.0, {}).endswith("0:00:05 elapsed, ? left")

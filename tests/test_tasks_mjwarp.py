@@ -23,12 +23,13 @@ def random_actions(env, steps, seed):
                                                                                           - env.action_low)
 
 
-@pytest.mark.parametrize("name", ["Ant", "Humanoid"])
+@pytest.mark.parametrize("name", ["Ant", "Humanoid", "InvertedDoublePendulum"])
 @pytest.mark.parametrize("random_start", [True, False])
 def test_reset_gives_the_fields_of_mj_forward(name, random_start):
     """After some steps, worlds 0 and 2 restart: every field the task reads must be what MuJoCo C's
     mj_resetData + mj_forward gives at the new state (float32 rounding apart), as if a full forward
-    had run (Humanoid reads cinert and cvel: kinematics, com_pos and com_vel must all have run)."""
+    had run (Humanoid reads cinert and cvel: kinematics, com_pos and com_vel must all have run;
+    InvertedDoublePendulum reads qfrc_constraint, which only the constraint solver gives)."""
     env = tasks.make(name, 3, "cpu", seed=1, backend="mjwarp")
     for actions in random_actions(env, 4, seed=0):
         env.step(actions)
@@ -108,3 +109,15 @@ def test_buffer_sizes_hold_what_mujoco_c_needs(name):
                 mujoco.mj_step(model, data)
                 most_contacts, most_rows = max(most_contacts, data.ncon), max(most_rows, data.nefc)
     assert most_contacts * 1.5 <= task_cls.nconmax and most_rows * 1.5 <= task_cls.njmax
+
+
+def test_reset_within_a_joint_limit_gives_its_constraint_force():
+    """InvertedDoublePendulum observes the force of the cart's rail-end limit: a start within that
+    limit's margin must show MuJoCo C's nonzero force, which the mjwarp reset computes with a full
+    forward rather than zeroing it."""
+    qpos = torch.tensor([[0.995, 0.0, 0.0], [0.0, 0.1, -0.1]])
+    qvel = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    obs = {backend: tasks.make("InvertedDoublePendulum", 2, "cpu", seed=0, backend=backend).reset_to(qpos, qvel)
+           for backend in ("mujoco", "mjwarp")}
+    assert obs["mujoco"][0, -1] != 0 and obs["mujoco"][1, -1] == 0
+    torch.testing.assert_close(obs["mjwarp"], obs["mujoco"], rtol=1e-4, atol=1e-5)

@@ -31,6 +31,10 @@ from tasks.mujoco.task import load_asset
 STEPS = 60
 NUM_ENVS = 3
 TOLERANCE = {"mujoco": dict(obs=1e-5, reward=1e-5), "mjwarp": dict(obs=1e-2, reward=1e-3)}
+# HumanoidStandup lies on the floor, on many frictionless contacts at once, where the solver's
+# stopping point moves the contact forces most: its cfrc_ext entries differed by up to 5% of
+# 1 + |value| in 800 probed steps (median 5e-4; with MuJoCo C also stopping at 1e-6, 1.2% and 4e-5).
+TASK_TOLERANCE = {("HumanoidStandup", "mjwarp"): dict(obs=0.1, reward=1e-3)}
 
 
 def match_mjwarp_physics(model: mujoco.MjModel) -> mujoco.MjModel:
@@ -65,7 +69,7 @@ def assert_close(actual: torch.Tensor, expected: np.ndarray, tolerance: float, w
 @pytest.mark.parametrize("backend", ["mujoco", "mjwarp"])
 @pytest.mark.parametrize("name", tasks.TASK_NAMES)
 def test_matches_gymnasium(name, backend):
-    tol = TOLERANCE[backend]
+    tol = TASK_TOLERANCE.get((name, backend), TOLERANCE[backend])
     env = make_env(name, backend)
     gyms = [gymnasium.make(f"{name}-v5") for _ in range(NUM_ENVS)]
     if backend == "mjwarp":
@@ -87,7 +91,8 @@ def test_matches_gymnasium(name, backend):
         assert_close(info["final_obs"], np.stack([r[0] for r in results]), tol["obs"], "observation", step)
         assert_close(reward, np.array([r[1] for r in results]), tol["reward"], "reward", step)
         assert terminated.tolist() == [r[2] for r in results], f"terminated differs at step {step}"
-        assert truncated.tolist() == [r[3] for r in results], f"truncated differs at step {step}"
+        if backend == "mujoco":  # on mjwarp every step began with reset_to, which restarts pql's step count
+            assert truncated.tolist() == [r[3] for r in results], f"truncated differs at step {step}"
         ended = np.array([r[2] or r[3] for r in results])
         if ended.any():
             episodes_ended += int(ended.sum())
@@ -97,5 +102,5 @@ def test_matches_gymnasium(name, backend):
             assert_close(obs[ended], np.stack([g.unwrapped._get_obs() for g in gyms])[ended], tol["obs"],
                          "observation after a reset", step)
     env.close()
-    if name in ("InvertedPendulum", "Hopper"):
+    if name in ("InvertedPendulum", "Hopper", "Walker2d", "InvertedDoublePendulum"):
         assert episodes_ended > 0, "random actions were expected to end some episodes"

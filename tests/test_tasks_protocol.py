@@ -1,5 +1,6 @@
 """The batched-env protocol: shapes and dtypes, auto-reset of finished envs only, final_obs,
 truncation at the step limit, and seeded reproducibility."""
+import gymnasium
 import pytest
 import torch
 
@@ -22,7 +23,8 @@ def test_shapes_dtypes_and_bounds(name):
     assert obs.shape == (4, env.obs_dim) and obs.dtype == torch.float32
     assert env.action_low.shape == env.action_high.shape == (env.act_dim,)
     assert env.action_low.dtype == torch.float32 and (env.action_low < env.action_high).all()
-    assert env.max_episode_steps == 1000 and env.num_envs == 4 and env.device == torch.device("cpu")
+    assert env.max_episode_steps == gymnasium.spec(f"{name}-v5").max_episode_steps
+    assert env.num_envs == 4 and env.device == torch.device("cpu")
     obs, reward, terminated, truncated, info = env.step(next(random_actions(env, 1, 0)))
     assert obs.shape == info["final_obs"].shape == (4, env.obs_dim)
     assert reward.shape == terminated.shape == truncated.shape == (4,)
@@ -32,7 +34,9 @@ def test_shapes_dtypes_and_bounds(name):
 
 def test_gymnasium_observation_sizes():
     sizes = {name: tasks.make(name, 1, "cpu", backend="mujoco").obs_dim for name in tasks.TASK_NAMES}
-    assert sizes == {"Ant": 105, "Humanoid": 348, "HalfCheetah": 17, "Hopper": 11, "InvertedPendulum": 4}
+    assert sizes == {"Ant": 105, "Humanoid": 348, "HalfCheetah": 17, "Hopper": 11, "InvertedPendulum": 4,
+                     "Reacher": 10, "Pusher": 23, "Walker2d": 17, "Swimmer": 8, "InvertedDoublePendulum": 9,
+                     "HumanoidStandup": 348}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -137,7 +141,8 @@ def test_reset_noise_is_the_same_on_both_backends():
     torch.testing.assert_close(start_states(mjwarp), start_states(mujoco_c), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("name, normal_qvel", [("Ant", True), ("InvertedPendulum", False)])
+@pytest.mark.parametrize("name, normal_qvel", [("Ant", True), ("InvertedPendulum", False),
+                                               ("InvertedDoublePendulum", True), ("Swimmer", False)])
 def test_reset_noise_distribution(name, normal_qvel):
     """qpos = qpos0 + U(±scale); qvel ~ N(0, scale²) or U(±scale), as Gymnasium's reset_model draws.
     Moments within 4 standard errors (the std within 10%) over 400 envs."""

@@ -22,10 +22,11 @@ class PQL:
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
 
     def make_policy(self) -> nn.Module:
-        return DeterministicActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden)
+        return DeterministicActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden, self.cfg.net.activation)
 
     def make_critic(self) -> nn.Module:
-        return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, layer_norm=self.cfg.net.critic_layer_norm)
+        return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, layer_norm=self.cfg.net.critic_layer_norm,
+                       activation=self.cfg.net.activation)
 
     def exploration_noise(self, num_envs: int, device) -> torch.Tensor:
         """Each env's noise std (algo.exploration: mixed or ape_x). -> [N, 1]."""

@@ -42,7 +42,7 @@ class PQLD(PQL):
 
     def make_critic(self) -> nn.Module:
         return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, out_dim=self.cfg.num_atoms,
-                       layer_norm=self.cfg.net.critic_layer_norm)
+                       layer_norm=self.cfg.net.critic_layer_norm, activation=self.cfg.net.activation)
 
     def support(self, device) -> torch.Tensor:
         """The atoms z_i = v_min + iΔz. -> [num_atoms]."""

@@ -18,7 +18,8 @@ class SAC(PQL):
     """Update rules for the three roles. Observations given to these methods are normalised."""
 
     def make_policy(self) -> nn.Module:
-        return SquashedGaussianActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden, self.cfg.init_alpha)
+        return SquashedGaussianActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden, self.cfg.init_alpha,
+                                     self.cfg.net.activation)
 
     @property
     def target_entropy(self) -> float:

@@ -38,20 +38,25 @@ def format_progress(env_steps: int, total_env_steps: int, steps_per_s: float | N
     `1.20M/2.00M steps 60.0% | 41.3k steps/s | upd/s v_learner 5.2k p_learner 2.6k |
     ratio beta_av 8.00 beta_pv 2.00 | return 3512.4 | loss critic 0.412 actor -61.3 |
     0:00:29 elapsed, 0:00:19 left`. The time left is the sooner of the step budget at the current
-    speed and the wall-time limit `max_time_s` (None: none).
+    speed and the wall-time limit `max_time_s` (None: none); when the limit comes first the line
+    starts with the share of it spent (`120k steps 13.6% of 0:14:45`).
     """
-    parts = [f"{_si(env_steps)}/{_si(total_env_steps)} steps {100.0 * env_steps / total_env_steps:.1f}%",
+    estimates = []
+    if steps_per_s is not None and steps_per_s > 0:
+        estimates.append(max(total_env_steps - env_steps, 0) / steps_per_s)
+    head = f"{_si(env_steps)}/{_si(total_env_steps)} steps {100.0 * env_steps / total_env_steps:.1f}%"
+    if max_time_s is not None:
+        time_left = max(max_time_s - elapsed_s, 0.0)
+        if not estimates or time_left < estimates[0]:
+            head = f"{_si(env_steps)} steps {100.0 * min(elapsed_s / max_time_s, 1.0):.1f}% of {_hms(max_time_s)}"
+        estimates.append(time_left)
+    parts = [head,
              f"{_si(steps_per_s) if steps_per_s is not None else '-'} steps/s",
              _group("upd/s", UPDATES_PER_S, _si, scalars),
              _group("ratio", RATIO, "{:.2f}".format, scalars),
              f"return {scalars[EVAL_RETURN]:.1f}" if EVAL_RETURN in scalars else None,
              _group("loss", LOSS, "{:.3g}".format, scalars)]
     parts = [p for p in parts if p]
-    estimates = []
-    if steps_per_s is not None and steps_per_s > 0:
-        estimates.append(max(total_env_steps - env_steps, 0) / steps_per_s)
-    if max_time_s is not None:
-        estimates.append(max(max_time_s - elapsed_s, 0.0))
     left = _hms(min(estimates)) if estimates else "?"
     parts.append(f"{_hms(elapsed_s)} elapsed, {left} left")
     return " | ".join(parts)

@@ -1,6 +1,8 @@
 """Return-vs-env-steps and return-vs-wall-time panels, for one run or several."""
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 # Figure without pyplot renders with Agg and touches no global backend state, so drawing works
 # on a headless machine and inside a process that uses another backend.
@@ -32,5 +34,6 @@ def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str
     if any(label is not None for label, _ in curves):
         ax_time.legend(fontsize="small")
     if title:
-        fig.suptitle(title)
+        # A sweep's shared overrides can run wider than the figure: wrapped, not cut off.
+        fig.suptitle(textwrap.fill(title, width=130), fontsize="medium")
     fig.savefig(out_path, dpi=120)

@@ -4,15 +4,20 @@ from __future__ import annotations
 from torch import nn
 
 
-def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, layer_norm: bool = False) -> nn.Sequential:
-    """Linear layers with ELU between them (and optional LayerNorm before each ELU)."""
+ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU}
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, layer_norm: bool = False,
+        activation: str = "elu") -> nn.Sequential:
+    """Linear layers with `activation` (a key of ACTIVATIONS) between them, and optional LayerNorm
+    before each activation."""
     layers: list[nn.Module] = []
     dim = in_dim
     for width in hidden:
         layers.append(nn.Linear(dim, width))
         if layer_norm:
             layers.append(nn.LayerNorm(width))
-        layers.append(nn.ELU())
+        layers.append(ACTIVATIONS[activation]())
         dim = width
     layers.append(nn.Linear(dim, out_dim))
     return nn.Sequential(*layers)

@@ -9,9 +9,16 @@ from .env import MujocoEnv
 from .half_cheetah import HalfCheetah
 from .hopper import Hopper
 from .humanoid import Humanoid
+from .humanoid_standup import HumanoidStandup
+from .inverted_double_pendulum import InvertedDoublePendulum
 from .inverted_pendulum import InvertedPendulum
+from .pusher import Pusher
+from .reacher import Reacher
+from .swimmer import Swimmer
+from .walker2d import Walker2d
 
-TASKS = {cls.__name__: cls for cls in (Ant, Humanoid, HalfCheetah, Hopper, InvertedPendulum)}
+TASKS = {cls.__name__: cls for cls in (Ant, Humanoid, HalfCheetah, Hopper, InvertedPendulum, Reacher, Pusher,
+                                       Walker2d, Swimmer, InvertedDoublePendulum, HumanoidStandup)}
 BACKENDS = ("auto", "mujoco", "mjwarp")
 
 

@@ -7,7 +7,8 @@ the CPU a graph that Warp replays in C++).
 
 A reset does not run `forward`: the next step's `forward` recomputes every derived field from
 qpos and qvel, so a reset only brings up to date the fields the task reads before that step
-(the smooth stages of `_STAGES_NEEDED`), and draws reset noise only for the worlds that restart.
+(the smooth stages of `_STAGES_NEEDED`; a full `forward` only for a force of the constraint
+solver, `_FORWARD_NEEDED`), and draws reset noise only for the worlds that restart.
 
 Contacts and constraint rows live in buffers sized at start (Task.nconmax, Task.njmax). MuJoCo
 Warp drops what does not fit and raises a per-world overflow flag; `step` gathers the flags of
@@ -39,6 +40,9 @@ _STAGES_NEEDED = {"qpos": 0, "qvel": 0, "cfrc_ext": 0, "qfrc_actuator": 0,
                   "subtree_com": 2, "cinert": 2, "cdof": 2,
                   "cvel": 3, "cdof_dot": 3}
 _ZEROED_AT_RESET = ("cfrc_ext", "qfrc_actuator")
+# Fields that only the constraint solver gives: a task reading one runs a full forward at a reset
+# (nonzero at a start state where a joint sits within its limit's margin, so not zeroed).
+_FORWARD_NEEDED = ("qfrc_constraint",)
 
 # Overflow flags of the buffers make_data sizes -> the Task attribute that sizes them. The
 # solver's iteration-limit flags are not overflows and are left alone.
@@ -58,10 +62,10 @@ class MjwarpPhysics:
         self._task, self._seed = task, seed
         self._task_name = type(task).__name__
         fields = task.fields
-        unknown = [name for name in fields if name not in _STAGES_NEEDED]
+        unknown = [name for name in fields if name not in _STAGES_NEEDED and name not in _FORWARD_NEEDED]
         if unknown:
             raise TaskError(f"{self._task_name} reads {', '.join(unknown)}, which the mjwarp backend does not "
-                            f"recompute after a reset; it can give {', '.join(_STAGES_NEEDED)}")
+                            f"recompute after a reset; it can give {', '.join((*_STAGES_NEEDED, *_FORWARD_NEEDED))}")
         if "qfrc_actuator" in fields and (model.actuator_biastype != mujoco.mjtBias.mjBIAS_NONE).any():
             raise TaskError(f"{self._task_name} reads qfrc_actuator, which the mjwarp backend zeroes at a reset: "
                             f"right only for actuators without bias (motors), and this model has biased ones")
@@ -76,7 +80,10 @@ class MjwarpPhysics:
             self._data = mjw.make_data(model, nworld=num_envs, nconmax=task.nconmax, njmax=task.njmax)
         # Overflows raise a TaskError below; Warp's own printf would print once per world per step.
         self._model.opt.warn_overflow = 0
-        self._stages = _RESET_STAGES[:max(_STAGES_NEEDED[name] for name in fields)]
+        if any(name in _FORWARD_NEEDED for name in fields):
+            self._stages = (mjw.forward,)
+        else:
+            self._stages = _RESET_STAGES[:max(_STAGES_NEEDED[name] for name in fields)]
         self._zeroed = [name for name in _ZEROED_AT_RESET if name in fields]
         self._post_constraint = "cfrc_ext" in fields
         self.state = {name: wp.to_torch(getattr(self._data, name)) for name in fields}

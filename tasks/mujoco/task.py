@@ -86,11 +86,23 @@ class Task:
         added. All on one Warp device; one launch, asynchronous, other rows untouched.
         Env i's k-th random start is drawn from a stream keyed by (seed, i, k) alone, so a run
         repeats for a seed whichever envs finish when, and no draw is made for an env that
-        does not restart.
+        does not restart. Tasks that draw more than noise at a start (a goal: Reacher, Pusher)
+        override this with a kernel of their own, keyed the same way by `start_stream`.
         """
         wp.launch(_add_reset_noise, dim=restart.shape[0], device=qpos.device,
-                  inputs=[_int32(seed), float(self.reset_noise_scale), int(self.qvel_noise == "normal"), restart],
+                  inputs=[warp_seed(seed), float(self.reset_noise_scale), int(self.qvel_noise == "normal"), restart],
                   outputs=[episodes, qpos, qvel])
+
+
+@wp.func
+def start_stream(seed: wp.int32, env: wp.int32, episodes: wp.array(dtype=wp.int32)) -> wp.uint32:
+    """Counts env's random start in episodes and returns the random stream keyed by (seed, env,
+    that start): the first thing every reset kernel does for an env that restarts."""
+    episode = episodes[env] + 1
+    episodes[env] = episode
+    # rand_init(s, o) is a PCG hash (a bijection of uint32) of s + hash(o): distinct episodes get
+    # distinct keys, and distinct envs distinct starting states under one key.
+    return wp.rand_init(wp.int32(wp.rand_init(seed, episode)), env)
 
 
 @wp.kernel
@@ -99,11 +111,7 @@ def _add_reset_noise(seed: wp.int32, scale: float, normal_qvel: wp.int32, restar
     env = wp.tid()
     if not restart[env]:
         return
-    episode = episodes[env] + 1
-    episodes[env] = episode
-    # rand_init(s, o) is a PCG hash (a bijection of uint32) of s + hash(o): distinct episodes get
-    # distinct keys, and distinct envs distinct starting states under one key.
-    state = wp.rand_init(wp.int32(wp.rand_init(seed, episode)), env)
+    state = start_stream(seed, env, episodes)
     for j in range(qpos.shape[1]):
         qpos[env, j] = qpos[env, j] + qpos.dtype(scale * (2.0 * wp.randf(state) - 1.0))
     for j in range(qvel.shape[1]):
@@ -114,7 +122,7 @@ def _add_reset_noise(seed: wp.int32, scale: float, normal_qvel: wp.int32, restar
         qvel[env, j] = qvel[env, j] + qvel.dtype(scale * draw)
 
 
-def _int32(seed: int) -> int:
+def warp_seed(seed: int) -> int:
     """seed wrapped into int32, the seed type of Warp's generator."""
     return (int(seed) + 2**31) % 2**32 - 2**31
 
@@ -141,6 +149,14 @@ def init_warp() -> None:
 
 def load_asset(xml: str) -> mujoco.MjModel:
     return mujoco.MjModel.from_xml_path(os.path.join(ASSETS, xml))
+
+
+def body_id(model: mujoco.MjModel, name: str) -> int:
+    """The id of the body called `name` in `model` (its row in xpos)."""
+    index = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, name)
+    if index < 0:
+        raise TaskError(f"the model has no body named {name!r}")
+    return index
 
 
 def finite_rows(*tensors: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,39 @@
+"""Walker2d: a planar biped rewarded for moving along +x (Gymnasium Walker2d-v5)."""
+from __future__ import annotations
+
+import torch
+
+from .task import Task
+
+
+class Walker2d(Task):
+    xml = "walker2d_v5.xml"  # v5's model: both feet have friction 1.9 (v4's right foot had 0.9)
+    frame_skip = 4
+    reset_noise_scale = 5e-3
+    nconmax = 32  # MuJoCo C reached 9 contacts and 38 constraint rows (see Task)
+    njmax = 96
+
+    forward_reward_weight = 1.0
+    ctrl_cost_weight = 1e-3
+    healthy_reward = 1.0
+    healthy_z_range = (0.8, 2.0)
+    healthy_angle_range = (-1.0, 1.0)
+    obs_qvel_bound = 10.0
+
+    def observation_size(self, model):
+        return (model.nq - 1) + model.nv
+
+    def observe(self, state):
+        return torch.cat([state["qpos"][:, 1:], state["qvel"].clamp(-self.obs_qvel_bound, self.obs_qvel_bound)], dim=1)
+
+    def position(self, state):
+        return state["qpos"][:, :1]
+
+    def reward_and_termination(self, state, velocity, action):
+        z, angle = state["qpos"][:, 1], state["qpos"][:, 2]
+        z_low, z_high = self.healthy_z_range
+        angle_low, angle_high = self.healthy_angle_range
+        healthy = (z > z_low) & (z < z_high) & (angle > angle_low) & (angle < angle_high)
+        reward = (self.forward_reward_weight * velocity[:, 0] + self.healthy_reward * healthy
+                  - self.ctrl_cost_weight * action.square().sum(dim=1))
+        return reward, ~healthy
