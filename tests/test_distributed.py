@@ -109,7 +109,7 @@ def test_two_replicas_solve_inverted_pendulum(tmp_path):
     assert done, proc.stdout[-3000:]
     assert int(done.group(1).replace(",", "")) == 20000 and float(done.group(2)) >= 900, done.group(0)
     assert proc.stdout.count("pql: done") == 1  # rank 0 alone prints
-    assert "beta_av.rank1 8.00" in proc.stdout
+    assert "beta_av.rank1 16.00" in proc.stdout  # the CPU default β_a:v
     assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "metrics.csv").exists()
     assert not (tmp_path.parent / ".hydra").exists() and not os.path.exists(os.path.join(ROOT, ".hydra"))
 

@@ -1,8 +1,7 @@
 """Walker2d: a planar biped rewarded for moving along +x (Gymnasium Walker2d-v5)."""
 from __future__ import annotations
 
-import torch
-
+from .hopper import Hopper
 from .task import Task
 
 
@@ -20,14 +19,10 @@ class Walker2d(Task):
     healthy_angle_range = (-1.0, 1.0)
     obs_qvel_bound = 10.0
 
-    def observation_size(self, model):
-        return (model.nq - 1) + model.nv
-
-    def observe(self, state):
-        return torch.cat([state["qpos"][:, 1:], state["qvel"].clamp(-self.obs_qvel_bound, self.obs_qvel_bound)], dim=1)
-
-    def position(self, state):
-        return state["qpos"][:, :1]
+    # Hopper's planar layout, one leg more: the same observation and tracked position.
+    observation_size = Hopper.observation_size
+    observe = Hopper.observe
+    position = Hopper.position
 
     def reward_and_termination(self, state, velocity, action):
         z, angle = state["qpos"][:, 1], state["qpos"][:, 2]
