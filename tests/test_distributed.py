@@ -82,7 +82,10 @@ def test_replicas_hold_identical_networks(tmp_path, algo, mode):
     alone, = probe(tmp_path / "one", "train", *overrides, replicas=False)
     same = {k for k in rank0["counters"] if k != "episodes"}  # each replica's envs end their own episodes
     assert {k: rank0["counters"][k] for k in same} == {k: rank1["counters"][k] for k in same}
-    learnt = {k: v for k, v in flat(rank0["roles"]).items() if "generator" not in k}
+    # In process mode the actor's policy copy is whichever version it pulled last, which timing
+    # decides within the ratio window on each replica: not a replica invariant (the learners' are).
+    learnt = {k: v for k, v in flat(rank0["roles"]).items()
+              if "generator" not in k and not (mode == "process" and k.startswith("/actor/policy/"))}
     other = flat(rank1["roles"])
     assert learnt and all(torch.equal(v, other[k]) for k, v in learnt.items()), \
         [k for k, v in learnt.items() if not torch.equal(v, other[k])]
