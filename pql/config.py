@@ -121,6 +121,13 @@ class TaskConfig:
     cpu_num_envs: int = _opt(64, "an integer > 0", _positive,
                              doc="training envs on CPU when task.num_envs is null (set per task in "
                                  "cfg/task/<Task>.yaml)")
+    # Truncated episodes bootstrap, so a value is an infinite-horizon sum: about the reward per
+    # step / (1 − γ). Each task file sets the range from its reward's bounds (docs/tasks.md).
+    value_min: float = _opt(-100.0, "a number < task.value_max",
+                            doc="lowest discounted return the task's values reach (γ = 0.99), what pql_d's "
+                                "support starts at when algo.v_min is null (set per task in cfg/task/<Task>.yaml)")
+    value_max: float = _opt(1000.0, "a number > task.value_min",
+                            doc="highest discounted return, pql_d's highest atom when algo.v_max is null")
 
 
 @dataclass
@@ -189,10 +196,10 @@ class PQLDConfig(PQLConfig):
     name: str = _algo_name("pql_d")
     num_atoms: int = _opt(101, "an integer >= 2", lambda v: v >= 2,
                           doc="atoms z_i = v_min + iΔz of the critic's fixed support")
-    v_min: float = _opt(-100.0, "a number < v_max",
-                        doc="lowest atom; the support must cover the task's discounted returns (about reward per step "
-                            "/ (1 − γ)), values outside are clipped onto it (InvertedPendulum: v_min=-10 v_max=110)")
-    v_max: float = _opt(1000.0, "a number > v_min", doc="highest atom")
+    v_min: Optional[float] = _opt(None, "a number < v_max, or null: task.value_min",
+                                  doc="lowest atom; the support must cover the task's discounted returns, values "
+                                      "outside are clipped onto it")
+    v_max: Optional[float] = _opt(None, "a number > v_min, or null: task.value_max", doc="highest atom")
 
 
 @dataclass
@@ -474,6 +481,8 @@ def _cross_checks(cfg: Config) -> None:
     algo = cfg.algo
     if isinstance(algo, PQLConfig) and algo.noise_std_max < algo.noise_std_min:
         raise ConfigError("algo.noise_std_max", algo.noise_std_max, f"a number >= algo.noise_std_min ({algo.noise_std_min})")
+    if cfg.task.value_max <= cfg.task.value_min:
+        raise ConfigError("task.value_max", cfg.task.value_max, f"a number > task.value_min ({cfg.task.value_min})")
     if isinstance(algo, PQLDConfig) and algo.v_max <= algo.v_min:
         raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
     if cfg.replay.rerank_every is not None and (cfg.replay.kind, cfg.replay.priority_mode) != ("prioritized", "rank"):
@@ -497,6 +506,9 @@ def load_config(raw: dict) -> Config:
     algo = _build(ALGORITHMS[algo_name].config, algo_raw, "algo")
     cfg = _build(Config, raw, "")
     cfg.algo = algo
+    if isinstance(algo, PQLDConfig):
+        algo.v_min = cfg.task.value_min if algo.v_min is None else algo.v_min
+        algo.v_max = cfg.task.value_max if algo.v_max is None else algo.v_max
     _cross_checks(cfg)
     return cfg
 

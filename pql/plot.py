@@ -5,10 +5,13 @@ is a run directory (it has metrics.csv) or a Hydra multirun directory (its numbe
 subdirectories are the runs). Each run is labelled by the Hydra overrides
 (`RUN_DIR/.hydra/overrides.yaml`) that differ across the runs, e.g. `algo.beta_pv=4`; the
 overrides they share become the title. A run without overrides is labelled by its directory.
+Runs of more than one task (config.json's task.name) are drawn against env steps in one panel
+per task, each run labelled among its task's runs.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -16,7 +19,8 @@ import numpy as np
 import yaml
 
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
-from pql.logging.curves import plot_curves
+from pql.logging.curves import plot_curves, plot_task_panels
+from pql.logging.keys import CONFIG_JSON
 
 
 class PlotError(Exception):
@@ -75,6 +79,18 @@ def labels_and_title(run_dirs: list[str]) -> tuple[list[str], str | None]:
     return labels, ", ".join(shared) or None
 
 
+def task_of(run_dir: str) -> str | None:
+    """The run's task.name from its config.json; None without one."""
+    path = os.path.join(run_dir, CONFIG_JSON)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        try:
+            return json.load(f)["task"]["name"]
+        except (ValueError, KeyError, TypeError):
+            raise PlotError(f"{path} is not a pql config (no task.name)") from None
+
+
 def _read_overrides(run_dir: str) -> dict[str, str]:
     """{key: "key=value"} from Hydra's overrides.yaml; {} when the run has none."""
     path = os.path.join(run_dir, ".hydra", "overrides.yaml")
@@ -91,6 +107,17 @@ def _name(run_dir: str) -> str:
     return os.path.basename(os.path.normpath(run_dir))
 
 
+def task_panels(curves: list[tuple[str, dict]], tasks: list[str | None]) -> list[tuple[str, list]]:
+    """(task, [(label, metrics)]) in the order the tasks first appear; a task's only run is
+    unlabelled, several are labelled as `labels_and_title` labels them among themselves."""
+    panels = []
+    for task in dict.fromkeys(tasks):
+        group = [c for c, t in zip(curves, tasks) if t == task]
+        labels = labels_and_title([d for d, _ in group])[0] if len(group) > 1 else [None]
+        panels.append((task or "(no config.json)", [(label, m) for label, (_, m) in zip(labels, group)]))
+    return panels
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pql.plot", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories or Hydra multirun directories")
@@ -102,9 +129,13 @@ def main(argv: list[str] | None = None) -> int:
                                    f"compare_{args.key.replace('/', '_')}.png")
     try:
         curves = load_curves(find_runs(args.run_dirs), args.key)
-        labels, title = labels_and_title([d for d, _ in curves])
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        plot_curves([(label, m) for label, (_, m) in zip(labels, curves)], args.key, out, title=title)
+        tasks = [task_of(d) for d, _ in curves]
+        if len(set(tasks)) > 1:
+            plot_task_panels(task_panels(curves, tasks), args.key, out)
+        else:
+            labels, title = labels_and_title([d for d, _ in curves])
+            plot_curves([(label, m) for label, (_, m) in zip(labels, curves)], args.key, out, title=title)
     except (PlotError, OSError) as e:
         print(f"pql.plot: error: {e}", file=sys.stderr)
         return 2

@@ -9,6 +9,11 @@ Envs that finish are reset inside `step`: `obs` is then the new episode's first 
 `info["final_obs"]` the observation that ended the episode (equal to `obs` elsewhere), which a
 learner needs to bootstrap a truncated episode. `terminated` (the task ended: no bootstrap) and
 `truncated` (the step limit cut it short: bootstrap) are never both true for one env.
+
+The MuJoCo tasks' `info` also holds Gymnasium's per-step info entries under its names, [N]
+float32 each, of the step that just ended: the reward terms (signed addends of the reward, e.g.
+"reward_forward", "reward_ctrl"), the positions and velocities ("x_position", "x_velocity", ...),
+as docs/tasks.md lists per task.
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ class BatchedEnv(abc.ABC):
 
         actions: [N, act_dim] float32 on `device`, finite.
         Returns obs [N, obs_dim] float32, reward [N] float32, terminated [N] bool,
-        truncated [N] bool, info {"final_obs": [N, obs_dim] float32}.
+        truncated [N] bool, info {"final_obs": [N, obs_dim] float32, and a task's own entries}.
         """
 
     def close(self) -> None:

@@ -179,12 +179,20 @@ def plain(cfg) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 
+def with_task_support(algo):
+    """pql_d's null support as load_config resolves it: the (default) task's value range."""
+    if isinstance(algo, PQLDConfig):
+        return dataclasses.replace(algo, v_min=TaskConfig().value_min, v_max=TaskConfig().value_max)
+    return algo
+
+
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_composed_defaults_are_the_dataclass_defaults(name):
     raw = composed([f"algo={name}"])
     raw["run_dir"] = Config().run_dir  # Hydra's run directory, the one composed value that is no default
     expected = Config(algo=ALGORITHMS[name].config())
     assert raw == plain(expected)
+    expected.algo = with_task_support(expected.algo)
     assert load_config(raw) == expected
 
 
@@ -197,8 +205,12 @@ def test_the_default_algorithm_is_the_dataclass_default():
 def test_task_files_restate_no_default(task):
     own = OmegaConf.to_container(OmegaConf.load(os.path.join(CFG_DIR, "task", f"{task}.yaml")))
     defaults = dataclasses.asdict(TaskConfig())
-    # cpu_num_envs is each task's own choice, stated in its file even where it equals the default.
-    assert {k: v for k, v in own.items() if v == defaults[k] and k not in ("name", "cpu_num_envs")} == {}
+    # The CPU env count and the value range are each task's own choice, stated in its file even
+    # where they equal the default.
+    own_keys = ("name", "cpu_num_envs", "value_min", "value_max")
+    assert {k: v for k, v in own.items() if v == defaults[k] and k not in own_keys} == {}
+    if task != "isaacgym":
+        assert set(own_keys) <= set(own)
 
 
 def test_config_yaml_restates_no_default():
@@ -207,10 +219,14 @@ def test_config_yaml_restates_no_default():
     assert not os.path.exists(os.path.join(CFG_DIR, "algo"))  # the algo options come from the ConfigStore
 
 
-def test_pql_d_support_is_101_atoms_on_minus_100_to_1000():
-    algo = load_config(composed(["algo=pql_d"])).algo
-    assert isinstance(algo, PQLDConfig) and (algo.num_atoms, algo.v_min, algo.v_max) == (101, -100.0, 1000.0)
+@pytest.mark.parametrize("task, support", [("Ant", (-100.0, 1000.0)), ("HumanoidStandup", (0.0, 50000.0)),
+                                           ("Pusher", (-300.0, 0.0))])
+def test_pql_d_support_is_the_tasks_value_range(task, support):
+    algo = load_config(composed(["algo=pql_d", f"task={task}"])).algo
+    assert isinstance(algo, PQLDConfig) and (algo.num_atoms, algo.v_min, algo.v_max) == (101, *support)
     assert algo.exploration == "mixed"  # and every key of pql
+    algo = load_config(composed(["algo=pql_d", f"task={task}", "algo.v_min=-7", "algo.v_max=7"])).algo
+    assert (algo.v_min, algo.v_max) == (-7.0, 7.0)
 
 
 def test_each_algorithm_has_its_own_keys_only():
@@ -225,7 +241,7 @@ def test_each_algorithm_has_its_own_keys_only():
                                        ("ppo", PPOConfig), ("impala", ImpalaConfig)])
 def test_load_config_picks_the_class_by_name(name, cls):
     algo = load_config({"algo": {"name": name}}).algo
-    assert type(algo) is cls and algo == cls() and algo.name == name
+    assert type(algo) is cls and algo == with_task_support(cls()) and algo.name == name
 
 
 def test_off_policy_algorithms_share_the_off_policy_keys():
@@ -245,8 +261,10 @@ def test_unknown_algorithm_names_the_registered_ones():
 
 
 def test_bad_pql_d_support():
-    with pytest.raises(ConfigError, match=r"algo.v_max=-200.0 is not allowed; expected a number > algo.v_min"):
+    with pytest.raises(ConfigError, match=r"algo.v_max=-200.0 is not allowed; expected a number > algo.v_min \(-100.0\)"):
         load_config(composed(["algo=pql_d", "algo.v_max=-200"]))
+    with pytest.raises(ConfigError, match=r"task.value_max=-200.0 is not allowed; expected a number > task.value_min"):
+        load_config(composed(["task.value_max=-200"]))
 
 
 def test_old_sync_keys_are_unknown():

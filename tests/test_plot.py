@@ -1,14 +1,17 @@
 """`python -m pql.plot` on fake run directories, as Hydra lays them out."""
+import json
 import subprocess
 import sys
 
-from pql.plot import labels_and_title, main
+from pql.plot import find_runs, labels_and_title, load_curves, main, task_of, task_panels
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def _fake_run(run_dir, overrides, returns):
+def _fake_run(run_dir, overrides, returns, task=None):
     (run_dir / ".hydra").mkdir(parents=True)
+    if task is not None:
+        (run_dir / "config.json").write_text(json.dumps({"task": {"name": task}, "algo": {"name": "pql"}}))
     (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     rows = [f"{1000 * (i + 1)},{1.5 * (i + 1):.3f},{r}" for i, r in enumerate(returns)]
     (run_dir / "metrics.csv").write_text("env_steps,wall_time_s,eval/return\n" + "\n".join(rows) + "\n")
@@ -39,6 +42,23 @@ def test_multirun_directory_expands_to_its_runs(tmp_path, capsys):
     assert "skipping" in captured.err and "3" in captured.err
     labels, _ = labels_and_title([str(sweep / d) for d in ("0", "1", "10")])
     assert labels == ["algo.beta_pv=2, runtime.seed=0", "algo.beta_pv=2, runtime.seed=1", "algo.beta_pv=8, runtime.seed=0"]
+
+
+def test_runs_of_several_tasks_get_a_panel_per_task(tmp_path, capsys):
+    runs = [_fake_run(tmp_path / "a0", ["task=Ant", "runtime.seed=0"], [1.0, 900.0], task="Ant"),
+            _fake_run(tmp_path / "h0", ["task=Hopper", "runtime.seed=0"], [5.0, 30.0], task="Hopper"),
+            _fake_run(tmp_path / "a1", ["task=Ant", "runtime.seed=1"], [2.0, 700.0], task="Ant")]
+    curves = load_curves(find_runs([str(r) for r in runs]), "eval/return")
+    panels = task_panels(curves, [task_of(d) for d, _ in curves])
+    assert [(task, [label for label, _ in group]) for task, group in panels] == [
+        ("Ant", ["runtime.seed=0", "runtime.seed=1"]), ("Hopper", [None])]
+    assert list(panels[1][1][0][1]["eval/return"]) == [5.0, 30.0]
+    out = tmp_path / "tasks.png"
+    assert main([*map(str, runs), "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
+    (tmp_path / "h0" / "config.json").write_text("[]")
+    assert main([*map(str, runs), "--out", str(out)]) == 2
+    assert "is not a pql config" in capsys.readouterr().err
 
 
 def test_runs_without_overrides_use_directory_names(tmp_path):

@@ -78,7 +78,7 @@ def test_double_q_target_with_smoothing_matches_reference():
     torch.manual_seed(1)
     cfg = PQLConfig(target_noise=0.3, target_noise_clip=0.4)
     algo = PQL(cfg, obs_dim=5, act_dim=3)
-    policy, critic = DeterministicActor(5, 3, (16,)), DoubleQ(5, 3, (16,))
+    policy, critic = DeterministicActor(5, 3, (16,), activation="relu"), DoubleQ(5, 3, (16,), activation="relu")
     batch = {"next_obs": torch.randn(32, 5), "reward": torch.randn(32), "discount": torch.rand(32)}
     batch["discount"][:4] = 0.0
     torch.manual_seed(7)
@@ -96,7 +96,7 @@ def test_double_q_target_with_smoothing_matches_reference():
 
 def test_soft_update_matches_polyak_formula():
     torch.manual_seed(2)
-    source, target = DoubleQ(4, 2, (8,)), DoubleQ(4, 2, (8,))
+    source, target = DoubleQ(4, 2, (8,), activation="relu"), DoubleQ(4, 2, (8,), activation="relu")
     before = copy.deepcopy(target)
     soft_update(target, source, tau=0.05)
     for t, s, b in zip(target.parameters(), source.parameters(), before.parameters()):

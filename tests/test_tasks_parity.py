@@ -1,7 +1,7 @@
 """Parity with Gymnasium's MuJoCo v5 envs, for every task on both backends (mjwarp on Warp's CPU).
 
 Each world starts from the state a Gymnasium env reset to, both get the same random actions, and
-observations, rewards and terminations are compared step by step; when a Gymnasium episode ends
+observations, rewards, terminations and info entries are compared step by step; when a Gymnasium episode ends
 its env is reset and the world is put into the same new state.
 
 * mujoco backend: one MjData per world, stepped exactly as Gymnasium steps, so the trajectories
@@ -35,6 +35,8 @@ TOLERANCE = {"mujoco": dict(obs=1e-5, reward=1e-5), "mjwarp": dict(obs=1e-2, rew
 # stopping point moves the contact forces most: its cfrc_ext entries differed by up to 5% of
 # 1 + |value| in 800 probed steps (median 5e-4; with MuJoCo C also stopping at 1e-6, 1.2% and 4e-5).
 TASK_TOLERANCE = {("HumanoidStandup", "mjwarp"): dict(obs=0.1, reward=1e-3)}
+# Gymnasium's info entries that pql leaves out (docs/tasks.md): the Humanoids' raw tendon state.
+INFO_LEFT_OUT = {"tendon_length", "tendon_velocity"}
 
 
 def match_mjwarp_physics(model: mujoco.MjModel) -> mujoco.MjModel:
@@ -91,6 +93,11 @@ def test_matches_gymnasium(name, backend):
         assert_close(info["final_obs"], np.stack([r[0] for r in results]), tol["obs"], "observation", step)
         assert_close(reward, np.array([r[1] for r in results]), tol["reward"], "reward", step)
         assert terminated.tolist() == [r[2] for r in results], f"terminated differs at step {step}"
+        gym_info = [r[4] for r in results]
+        assert set(info) - {"final_obs"} == set(gym_info[0]) - INFO_LEFT_OUT
+        for key in set(info) - {"final_obs"}:
+            assert_close(info[key], np.array([i[key] for i in gym_info], dtype=np.float64), tol["reward"],
+                         f"info[{key!r}]", step)
         if backend == "mujoco":  # on mjwarp every step began with reset_to, which restarts pql's step count
             assert truncated.tolist() == [r[3] for r in results], f"truncated differs at step {step}"
         ended = np.array([r[2] or r[3] for r in results])

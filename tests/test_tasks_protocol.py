@@ -32,6 +32,27 @@ def test_shapes_dtypes_and_bounds(name):
     env.close()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["Hopper", "HalfCheetah", "HumanoidStandup"])
+def test_info_entries_belong_to_the_step_that_returned_them(name, backend):
+    """Position entries come from the physics state, which the auto-reset and the next step
+    overwrite: what a step returned must stay that step's, also for the envs it restarted."""
+    env = tasks.make(name, 4, "cpu", seed=0, backend=backend)
+    actions = random_actions(env, 40, 0)
+    for _ in range(30):
+        *_, info = env.step(next(actions))
+    env._elapsed[:2] = env.max_episode_steps - 1  # envs 0 and 1 truncate, and restart, on this step
+    _, _, _, truncated, info = env.step(next(actions))
+    assert truncated[:2].all() and not truncated[2:].any()
+    kept = {key: value.clone() for key, value in info.items()}
+    assert all(value.shape == (4,) and value.dtype == torch.float32
+               for key, value in kept.items() if key != "final_obs")
+    assert (kept["x_position"][:2] != env.physics.state["qpos"][:2, 0].float()).all()  # not the new episode's
+    env.step(next(actions))
+    assert all(torch.equal(info[key], kept[key]) for key in kept)
+    env.close()
+
+
 def test_gymnasium_observation_sizes():
     sizes = {name: tasks.make(name, 1, "cpu", backend="mujoco").obs_dim for name in tasks.TASK_NAMES}
     assert sizes == {"Ant": 105, "Humanoid": 348, "HalfCheetah": 17, "Hopper": 11, "InvertedPendulum": 4,

@@ -17,7 +17,7 @@ from pql.nets import GaussianActor, ValueNet
 
 def make_gaussian_policy(cfg, obs_dim: int, act_dim: int) -> GaussianActor:
     """The on-policy policy π (cfg: PPOConfig or ImpalaConfig)."""
-    return GaussianActor(obs_dim, act_dim, cfg.net.actor_hidden, cfg.init_log_std, cfg.net.activation)
+    return GaussianActor(obs_dim, act_dim, cfg.net.actor_hidden, cfg.init_log_std, activation=cfg.net.activation)
 
 
 def log_prob_and_entropy(policy: GaussianActor, obs: torch.Tensor, action: torch.Tensor):
@@ -74,7 +74,8 @@ class GaussianActorCritic(Checkpointable):
     def __init__(self, cfg, obs_dim: int, act_dim: int, device, average_gradients=lambda params: None):
         self.cfg, self.average_gradients = cfg, average_gradients
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
-        self.critic = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm, cfg.net.activation).to(device)
+        self.critic = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm,
+                               activation=cfg.net.activation).to(device)
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
         self.optim = adam(self.params, cfg.lr)
 

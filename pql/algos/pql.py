@@ -22,7 +22,8 @@ class PQL:
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
 
     def make_policy(self) -> nn.Module:
-        return DeterministicActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden, self.cfg.net.activation)
+        return DeterministicActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden,
+                                  activation=self.cfg.net.activation)
 
     def make_critic(self) -> nn.Module:
         return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, layer_norm=self.cfg.net.critic_layer_norm,

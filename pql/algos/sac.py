@@ -19,7 +19,7 @@ class SAC(PQL):
 
     def make_policy(self) -> nn.Module:
         return SquashedGaussianActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden, self.cfg.init_alpha,
-                                     self.cfg.net.activation)
+                                     activation=self.cfg.net.activation)
 
     @property
     def target_entropy(self) -> float:

@@ -1,12 +1,14 @@
 """Return-vs-env-steps and return-vs-wall-time panels, for one run or several."""
 from __future__ import annotations
 
+import math
 import textwrap
 
 import numpy as np
 # Figure without pyplot renders with Agg and touches no global backend state, so drawing works
 # on a headless machine and inside a process that uses another backend.
 from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
 
 
 def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str, out_path: str,
@@ -35,5 +37,32 @@ def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str
         ax_time.legend(fontsize="small")
     if title:
         # A sweep's shared overrides can run wider than the figure: wrapped, not cut off.
+        fig.suptitle(textwrap.fill(title, width=130), fontsize="medium")
+    fig.savefig(out_path, dpi=120)
+
+
+def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np.ndarray]]]]], key: str,
+                     out_path: str, title: str | None = None) -> None:
+    """Draw `key` against env_steps in one panel per (task, curves): returns of different tasks
+    share no scale. Curves are (label, metrics) as for `plot_curves`."""
+    cols = min(4, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(3.6 * cols, 2.9 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, (task, curves) in zip(axes, panels):
+        for label, metrics in curves:
+            y = metrics[key]
+            has = np.isfinite(y)
+            ax.plot(metrics["env_steps"][has], y[has], marker=".", label=label)
+        ax.set_title(task, fontsize="medium")
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k: narrow panels have no room for 200000
+        ax.grid(alpha=0.3)
+        if any(label is not None for label, _ in curves):
+            ax.legend(fontsize="x-small")
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.supxlabel("env steps", fontsize="medium")
+    fig.supylabel(key, fontsize="medium")
+    if title:
         fig.suptitle(textwrap.fill(title, width=130), fontsize="medium")
     fig.savefig(out_path, dpi=120)

@@ -13,7 +13,7 @@ from pql.nets.mlp import mlp
 class DeterministicActor(nn.Module):
     """PQL/TD3 policy a = tanh(f(s)). obs: [B, obs_dim] -> action: [B, act_dim] in [-1, 1]."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], activation: str = "elu"):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], *, activation: str):
         super().__init__()
         self.net = mlp(obs_dim, hidden, act_dim, activation=activation)
 
@@ -28,7 +28,7 @@ class SquashedGaussianActor(nn.Module):
     LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], init_alpha: float = 0.1,
-                 activation: str = "elu"):
+                 *, activation: str):
         super().__init__()
         self.net = mlp(obs_dim, hidden, 2 * act_dim, activation=activation)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
@@ -56,7 +56,7 @@ class GaussianActor(nn.Module):
     sampled unsquashed and clipped to [-1, 1] by the runtime; log-probs are of the raw sample."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], init_log_std: float = -0.5,
-                 activation: str = "elu"):
+                 *, activation: str):
         super().__init__()
         self.net = mlp(obs_dim, hidden, act_dim, activation=activation)
         self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))

@@ -12,10 +12,10 @@ class DoubleQ(nn.Module):
     (out_dim = 1 for scalar Q, num_atoms logits for the distributional critic)."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], out_dim: int = 1,
-                 layer_norm: bool = False, activation: str = "elu"):
+                 layer_norm: bool = False, *, activation: str):
         super().__init__()
-        self.q1 = mlp(obs_dim + act_dim, hidden, out_dim, layer_norm, activation)
-        self.q2 = mlp(obs_dim + act_dim, hidden, out_dim, layer_norm, activation)
+        self.q1 = mlp(obs_dim + act_dim, hidden, out_dim, layer_norm, activation=activation)
+        self.q2 = mlp(obs_dim + act_dim, hidden, out_dim, layer_norm, activation=activation)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([obs, action], dim=-1)
@@ -25,9 +25,9 @@ class DoubleQ(nn.Module):
 class ValueNet(nn.Module):
     """State value V(s). obs [B, obs_dim] -> [B]."""
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], layer_norm: bool = False, activation: str = "elu"):
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], layer_norm: bool = False, *, activation: str):
         super().__init__()
-        self.net = mlp(obs_dim, hidden, 1, layer_norm, activation)
+        self.net = mlp(obs_dim, hidden, 1, layer_norm, activation=activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs).squeeze(-1)

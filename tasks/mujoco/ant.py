@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .task import Task, finite_rows
+from .task import Task, finite_rows, planar_position
 
 
 class Ant(Task):
@@ -43,6 +43,8 @@ class Ant(Task):
         healthy = finite_rows(state["qpos"], state["qvel"]) & (z >= low) & (z <= high)
         ctrl_cost = self.ctrl_cost_weight * action.square().sum(dim=1)
         contact_cost = self.contact_cost_weight * self._contact_forces(state).square().flatten(1).sum(dim=1)
-        reward = (self.forward_reward_weight * velocity[:, 0] + self.healthy_reward * healthy
-                  - ctrl_cost - contact_cost)
-        return reward, ~healthy
+        terms = {"reward_forward": self.forward_reward_weight * velocity[:, 0],
+                 "reward_ctrl": -ctrl_cost, "reward_contact": -contact_cost,
+                 "reward_survive": self.healthy_reward * healthy}
+        reward = sum(terms.values())
+        return reward, ~healthy, {**planar_position(state["qpos"]), **terms}

@@ -50,11 +50,17 @@ class MujocoEnv(BatchedEnv):
         if position is not None:
             velocity = (position - self._position) / self.task.dt
             self._position = position.clone()
-        reward, terminated = self.task.reward_and_termination(state, velocity, actions)
+        reward, terminated, terms = self.task.reward_and_termination(state, velocity, actions)
+        if velocity is not None:
+            terms.update(zip(("x_velocity", "y_velocity"), velocity.unbind(1)))
+        # One stacked copy (one kernel, not one per entry): an entry may be a view of the physics
+        # state, which the restart below overwrites.
+        info = dict(zip(terms, torch.stack(list(terms.values())).to(torch.float32).unbind()))
         self._elapsed += 1
         truncated = (self._elapsed >= self.max_episode_steps) & ~terminated
+        info["final_obs"] = obs
         obs_after_reset = self._restart(terminated | truncated, obs)
-        return obs_after_reset, reward.float(), terminated, truncated, {"final_obs": obs}
+        return obs_after_reset, reward.float(), terminated, truncated, info
 
     def reset_to(self, qpos: torch.Tensor, qvel: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Start new episodes at given states (fixed evaluation starts; parity tests against Gymnasium).

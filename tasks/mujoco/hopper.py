@@ -37,6 +37,11 @@ class Hopper(Task):
         angle_low, angle_high = self.healthy_angle_range
         healthy = (((rest > low) & (rest < high)).all(dim=1) & (qpos[:, 1] > self.healthy_z_min)
                    & (qpos[:, 2] > angle_low) & (qpos[:, 2] < angle_high))
-        reward = (self.forward_reward_weight * velocity[:, 0] + self.healthy_reward * healthy
-                  - self.ctrl_cost_weight * action.square().sum(dim=1))
-        return reward, ~healthy
+        terms = {"reward_forward": self.forward_reward_weight * velocity[:, 0],
+                 "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1),
+                 "reward_survive": self.healthy_reward * healthy}
+        return sum(terms.values()), ~healthy, {**self.planar_info(qpos), **terms}
+
+    def planar_info(self, qpos):
+        """Gymnasium's position entries of the planar walkers (x, then z above the start)."""
+        return {"x_position": qpos[:, 0], "z_distance_from_origin": qpos[:, 1] - self.qpos0[1]}

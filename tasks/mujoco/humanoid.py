@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .task import Task
+from .task import Task, planar_position
 
 
 class Humanoid(Task):
@@ -50,6 +50,7 @@ class Humanoid(Task):
         ctrl_cost = self.ctrl_cost_weight * action.square().sum(dim=1)
         contact_cost = (self.contact_cost_weight * state["cfrc_ext"].square().flatten(1).sum(dim=1)
                         ).clamp(max=self.contact_cost_max)
-        reward = (self.forward_reward_weight * velocity[:, 0] + self.healthy_reward * healthy
-                  - ctrl_cost - contact_cost)
-        return reward, ~healthy
+        terms = {"reward_survive": self.healthy_reward * healthy,
+                 "reward_forward": self.forward_reward_weight * velocity[:, 0],
+                 "reward_ctrl": -ctrl_cost, "reward_contact": -contact_cost}
+        return sum(terms.values()), ~healthy, {**planar_position(state["qpos"]), **terms}

@@ -36,4 +36,8 @@ class HumanoidStandup(Task):
         impact_cost = (self.impact_cost_weight * state["cfrc_ext"].square().flatten(1).sum(dim=1)
                        ).clamp(max=self.impact_cost_max)
         reward = uph - ctrl_cost - impact_cost + self.alive_bonus
-        return reward, torch.zeros_like(reward, dtype=torch.bool)
+        qpos = state["qpos"]
+        info = {"x_position": qpos[:, 0], "y_position": qpos[:, 1],
+                "z_distance_from_origin": qpos[:, 2] - self.qpos0[2],
+                "reward_linup": uph, "reward_quadctrl": -ctrl_cost, "reward_impact": -impact_cost}
+        return reward, torch.zeros_like(reward, dtype=torch.bool), info

@@ -45,5 +45,6 @@ class InvertedDoublePendulum(Task):
         w1, w2 = self.velocity_penalty_weights
         distance_penalty = self.x_penalty_weight * x.square() + (z - self.tip_target_height).square()
         velocity_penalty = w1 * qvel[:, 1].square() + w2 * qvel[:, 2].square()
-        reward = self.healthy_reward * ~terminated - distance_penalty - velocity_penalty
-        return reward, terminated
+        terms = {"reward_survive": self.healthy_reward * ~terminated,
+                 "distance_penalty": -distance_penalty, "velocity_penalty": -velocity_penalty}
+        return sum(terms.values()), terminated, terms

@@ -23,4 +23,5 @@ class InvertedPendulum(Task):
     def reward_and_termination(self, state, velocity, action):
         obs = self.observe(state)
         terminated = ~torch.isfinite(obs).all(dim=1) | (state["qpos"][:, 1].abs() > self.max_pole_angle)
-        return (~terminated).to(obs.dtype), terminated
+        reward = (~terminated).to(obs.dtype)
+        return reward, terminated, {"reward_survive": reward}

@@ -41,10 +41,11 @@ class Pusher(Task):
 
     def reward_and_termination(self, state, velocity, action):
         tips_arm, obj, goal = state["xpos"][:, self._bodies].unbind(1)
-        reward = (-self.reward_near_weight * (obj - tips_arm).norm(dim=1)
-                  - self.reward_dist_weight * (obj - goal).norm(dim=1)
-                  - self.reward_control_weight * action.square().sum(dim=1))
-        return reward, torch.zeros_like(reward, dtype=torch.bool)
+        terms = {"reward_dist": -self.reward_dist_weight * (obj - goal).norm(dim=1),
+                 "reward_ctrl": -self.reward_control_weight * action.square().sum(dim=1),
+                 "reward_near": -self.reward_near_weight * (obj - tips_arm).norm(dim=1)}
+        reward = sum(terms.values())
+        return reward, torch.zeros_like(reward, dtype=torch.bool), terms
 
     def add_reset_noise(self, seed, restart, episodes, qpos, qvel):
         """Gymnasium's reset_model: the arm at qpos0 with velocities U(±0.005); the object drawn in

@@ -45,8 +45,10 @@ class Reacher(Task):
 
     def reward_and_termination(self, state, velocity, action):
         distance = self._fingertip_to_target(state).norm(dim=1)
-        reward = -self.reward_dist_weight * distance - self.reward_control_weight * action.square().sum(dim=1)
-        return reward, torch.zeros_like(reward, dtype=torch.bool)
+        terms = {"reward_dist": -self.reward_dist_weight * distance,
+                 "reward_ctrl": -self.reward_control_weight * action.square().sum(dim=1)}
+        reward = sum(terms.values())
+        return reward, torch.zeros_like(reward, dtype=torch.bool), terms
 
     def add_reset_noise(self, seed, restart, episodes, qpos, qvel):
         """Gymnasium's reset_model: arm qpos0 + U(±0.1), its velocities U(±0.005); the target

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .task import Task
+from .task import Task, planar_position
 
 
 class Swimmer(Task):
@@ -27,5 +27,7 @@ class Swimmer(Task):
         return state["qpos"][:, :2]
 
     def reward_and_termination(self, state, velocity, action):
-        reward = self.forward_reward_weight * velocity[:, 0] - self.ctrl_cost_weight * action.square().sum(dim=1)
-        return reward, torch.zeros_like(reward, dtype=torch.bool)
+        terms = {"reward_forward": self.forward_reward_weight * velocity[:, 0],
+                 "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1)}
+        reward = sum(terms.values())
+        return reward, torch.zeros_like(reward, dtype=torch.bool), {**planar_position(state["qpos"]), **terms}

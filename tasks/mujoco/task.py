@@ -57,6 +57,7 @@ class Task:
             raise TaskError(f"{type(self).__name__}.qvel_noise must be 'uniform' or 'normal', got {self.qvel_noise!r}")
         self.dt = model.opt.timestep * self.frame_skip
         self.obs_dim = self.observation_size(model)
+        self.qpos0 = torch.as_tensor(model.qpos0, dtype=dtype, device=device)  # Gymnasium's init_qpos
 
     def observation_size(self, model: mujoco.MjModel) -> int:
         raise NotImplementedError
@@ -70,10 +71,13 @@ class Task:
         return None
 
     def reward_and_termination(self, state: State, velocity, action: torch.Tensor):
-        """reward [N] and terminated [N] bool after a step.
+        """reward [N], terminated [N] bool and info after a step.
 
         velocity: [N, k] change of `position` over the step divided by dt (None without one);
         action: [N, act_dim] as given (MuJoCo clamps the control, the costs use it unclamped).
+        info: Gymnasium's per-step info entries, [N] each, under its names: the reward terms as
+        signed addends of the reward ("reward_ctrl" is minus the control cost) and the positions;
+        the env adds the velocities.
         """
         raise NotImplementedError
 
@@ -157,6 +161,12 @@ def body_id(model: mujoco.MjModel, name: str) -> int:
     if index < 0:
         raise TaskError(f"the model has no body named {name!r}")
     return index
+
+
+def planar_position(qpos: torch.Tensor) -> dict:
+    """Gymnasium's position entries of a body moving freely in the plane: its root's x, y and
+    distance from the origin, from qpos [N, nq]."""
+    return {"x_position": qpos[:, 0], "y_position": qpos[:, 1], "distance_from_origin": qpos[:, :2].norm(dim=1)}
 
 
 def finite_rows(*tensors: torch.Tensor) -> torch.Tensor:

@@ -19,16 +19,18 @@ class Walker2d(Task):
     healthy_angle_range = (-1.0, 1.0)
     obs_qvel_bound = 10.0
 
-    # Hopper's planar layout, one leg more: the same observation and tracked position.
+    # Hopper's planar layout, one leg more: the same observation, tracked position and info.
     observation_size = Hopper.observation_size
     observe = Hopper.observe
     position = Hopper.position
+    planar_info = Hopper.planar_info
 
     def reward_and_termination(self, state, velocity, action):
         z, angle = state["qpos"][:, 1], state["qpos"][:, 2]
         z_low, z_high = self.healthy_z_range
         angle_low, angle_high = self.healthy_angle_range
         healthy = (z > z_low) & (z < z_high) & (angle > angle_low) & (angle < angle_high)
-        reward = (self.forward_reward_weight * velocity[:, 0] + self.healthy_reward * healthy
-                  - self.ctrl_cost_weight * action.square().sum(dim=1))
-        return reward, ~healthy
+        terms = {"reward_forward": self.forward_reward_weight * velocity[:, 0],
+                 "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1),
+                 "reward_survive": self.healthy_reward * healthy}
+        return sum(terms.values()), ~healthy, {**self.planar_info(state["qpos"]), **terms}
