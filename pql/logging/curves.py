@@ -23,16 +23,11 @@ def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str
                        if max_wall < limit)
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax_steps, ax_time = fig.subplots(1, 2, sharey=True)
-    for label, metrics in curves:
-        y = metrics[key]
-        has = np.isfinite(y)
-        ax_steps.plot(metrics["env_steps"][has], y[has], marker=".", label=label)
-        ax_time.plot(metrics["wall_time_s"][has] / scale, y[has], marker=".", label=label)
+    _draw(ax_steps, curves, key, "env_steps")
+    _draw(ax_time, curves, key, "wall_time_s", scale)
     ax_steps.set_xlabel("env steps")
     ax_steps.set_ylabel(key)
     ax_time.set_xlabel(f"wall time ({unit})")
-    for ax in (ax_steps, ax_time):
-        ax.grid(alpha=0.3)
     if any(label is not None for label, _ in curves):
         ax_time.legend(fontsize="small")
     if title:
@@ -42,7 +37,7 @@ def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str
 
 
 def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np.ndarray]]]]], key: str,
-                     out_path: str, title: str | None = None) -> None:
+                     out_path: str) -> None:
     """Draw `key` against env_steps in one panel per (task, curves): returns of different tasks
     share no scale. Curves are (label, metrics) as for `plot_curves`."""
     cols = min(4, len(panels))
@@ -50,19 +45,22 @@ def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np
     fig = Figure(figsize=(3.6 * cols, 2.9 * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, (task, curves) in zip(axes, panels):
-        for label, metrics in curves:
-            y = metrics[key]
-            has = np.isfinite(y)
-            ax.plot(metrics["env_steps"][has], y[has], marker=".", label=label)
+        _draw(ax, curves, key, "env_steps")
         ax.set_title(task, fontsize="medium")
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k: narrow panels have no room for 200000
-        ax.grid(alpha=0.3)
         if any(label is not None for label, _ in curves):
             ax.legend(fontsize="x-small")
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     fig.supxlabel("env steps", fontsize="medium")
     fig.supylabel(key, fontsize="medium")
-    if title:
-        fig.suptitle(textwrap.fill(title, width=130), fontsize="medium")
     fig.savefig(out_path, dpi=120)
+
+
+def _draw(ax, curves, key: str, x_key: str, scale: float = 1.0) -> None:
+    """Each (label, metrics) as `key` against `x_key` / scale, skipping rows without `key`."""
+    for label, metrics in curves:
+        y = metrics[key]
+        has = np.isfinite(y)
+        ax.plot(metrics[x_key][has] / scale, y[has], marker=".", label=label)
+    ax.grid(alpha=0.3)
