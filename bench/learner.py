@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pql.algos.common import adam, soft_update  # noqa: E402
+from pql.algos.common import SoftUpdate, adam  # noqa: E402
 from pql.config import apply_device_defaults, load_config  # noqa: E402
 from pql.runtime.off_policy.learners import compile_update  # noqa: E402
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared  # noqa: E402
@@ -94,6 +94,7 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
     algo = make_rules(cfg, obs_dim, act_dim)
     critic, policy = algo.make_critic().to(device), algo.make_policy().to(device)
     target = copy.deepcopy(critic).requires_grad_(False)
+    soft_update = SoftUpdate(target, critic)
     critic_opt = adam(critic.parameters(), cfg.algo.critic_lr)
     policy_opt = adam(algo.policy_optim_params(policy))
     critic_loss = compile_update(lambda b, w: algo.critic_loss(critic, target, policy, b, w), cfg.runtime.compile,
@@ -107,7 +108,7 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
         critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         critic_opt.step()
-        soft_update(target, critic, cfg.algo.tau)
+        soft_update(cfg.algo.tau)
 
     def policy_update():
         loss, _ = policy_loss(batch["obs"])

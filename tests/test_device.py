@@ -15,6 +15,7 @@ from pql.runtime.control import RatioController, RatioCounters
 from pql.runtime.off_policy.learners import compile_update
 from pql.runtime.off_policy.precision import InferenceCopy, _bf16_copy
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_device
+from pql.runtime.shared import Wakeup
 from pql.runtime.waiting import StallError, Waiter
 
 from test_runtime import SMALL
@@ -122,8 +123,8 @@ def test_the_stall_limit_waits_for_startup(tmp_path):
     compiles its kernels cold); afterwards runtime.stall_timeout_s."""
     counters = RatioCounters()
     ratios = RatioController(counters, 8, 2, 4)
-    waiter = Waiter(counters, mp.get_context("spawn").Condition(), stall_timeout_s=0.2, startup_timeout_s=2.0,
-                    started=ratios.started)
+    waiter = Waiter(counters, Wakeup(mp.get_context("spawn"), ("test",)), "test", stall_timeout_s=0.2,
+                    startup_timeout_s=2.0, started=ratios.started)
 
     def time_to_stall() -> float:
         start = time.monotonic()

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from pql.algos.common import soft_update
+from pql.algos.common import SoftUpdate
 from pql.algos.pql import PQL
 from pql.config import PQLConfig
 from pql.nets import DeterministicActor, DoubleQ
@@ -97,7 +97,13 @@ def test_double_q_target_with_smoothing_matches_reference():
 def test_soft_update_matches_polyak_formula():
     torch.manual_seed(2)
     source, target = DoubleQ(4, 2, (8,), activation="relu"), DoubleQ(4, 2, (8,), activation="relu")
+    soft_update = SoftUpdate(target, source)
     before = copy.deepcopy(target)
-    soft_update(target, source, tau=0.05)
+    soft_update(0.05)
     for t, s, b in zip(target.parameters(), source.parameters(), before.parameters()):
         assert torch.allclose(t, 0.05 * s + 0.95 * b, atol=1e-7)
+    # A resumed learner loads its target in place: the same update keeps acting on it.
+    target.load_state_dict(before.state_dict())
+    soft_update(0.5)
+    for t, s, b in zip(target.parameters(), source.parameters(), before.parameters()):
+        assert torch.allclose(t, 0.5 * s + 0.5 * b, atol=1e-7)

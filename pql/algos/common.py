@@ -27,12 +27,20 @@ def adam(params, lr: float | None = None) -> torch.optim.Adam:
     return torch.optim.Adam(groups, **({} if lr is None else {"lr": lr}), fused=True)
 
 
-@torch.no_grad()
-def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """Polyak averaging θ' ← τθ + (1 − τ)θ' over parameters (buffers are copied)."""
-    torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
-    for t, s in zip(target.buffers(), source.buffers()):
-        t.copy_(s)
+class SoftUpdate:
+    """Polyak averaging θ' ← τθ + (1 − τ)θ' of `target` toward `source` (buffers are copied). The
+    tensors are listed once: walking both modules on every call took 0.2 ms of a 4.3-ms critic
+    update on a CPU (docs/tuning.md). Loading a state dict copies in place, so the lists stay valid."""
+
+    def __init__(self, target: nn.Module, source: nn.Module):
+        self.target, self.source = list(target.parameters()), list(source.parameters())
+        self.buffers = list(zip(target.buffers(), source.buffers()))
+
+    @torch.no_grad()
+    def __call__(self, tau: float) -> None:
+        torch._foreach_lerp_(self.target, self.source, tau)
+        for t, s in self.buffers:
+            t.copy_(s)
 
 
 def smoothed_target_action(policy: nn.Module, next_obs: torch.Tensor, noise: float, noise_clip: float) -> torch.Tensor:

@@ -21,7 +21,7 @@ from pql.checkpoint import STOP_SIGNALS
 from pql.logging.console_log import TRAIN_LOG, console_log
 from pql.runtime.distributed import ReplicaLost, Replicas
 from pql.runtime.divergence import Diverged
-from pql.runtime.shared import SharedState, notify_all
+from pql.runtime.shared import SharedState
 
 POLL_S = 0.1
 STOP_GRACE_S = 3.0
@@ -73,7 +73,7 @@ def role_process(name: str, shared: SharedState, threads: int, log_path: str | N
         shared.errors.close()
         shared.errors.join_thread()  # the traceback must leave before the process does
         shared.counters.stop = 1
-        notify_all(shared.condition)
+        shared.wake()
         os._exit(1)
 
 
@@ -91,7 +91,7 @@ def hand_in(shared: SharedState, request: int, name: str, state: dict) -> None:
 
 class ProcessRuntime:
     """Starts, supervises (`check`) and stops the role processes `procs` ({name: Process}) that
-    share `shared` (its errors queue, counters and condition)."""
+    share `shared` (its errors queue, counters and wake-ups)."""
 
     def __init__(self, shared: SharedState, procs: dict):
         self.shared, self.procs = shared, procs
@@ -129,7 +129,7 @@ class ProcessRuntime:
         counters.checkpoint_request += 1
         request = counters.checkpoint_request
         counts = counters.as_dict()
-        notify_all(self.shared.condition)
+        self.shared.wake()
         states = {}
         while len(states) < len(self.procs):
             self.check()
@@ -144,7 +144,7 @@ class ProcessRuntime:
     def stop(self) -> None:
         """Stop every role: ask, then terminate, then kill; never leaves a child behind."""
         self.shared.counters.stop = 1
-        notify_all(self.shared.condition)
+        self.shared.wake()
         deadline = time.monotonic() + STOP_GRACE_S
         for p in self.procs.values():
             p.join(timeout=max(0.0, deadline - time.monotonic()))

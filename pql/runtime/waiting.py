@@ -1,8 +1,8 @@
 """The blocking wait of a role that may not run yet, and the stall check.
 
-A role that may not run blocks on the run's multiprocessing Condition, which every role
-notifies after it counts work (`SharedState.add`); the wait has a timeout, so a stopped run or a
-dead parent is noticed within a second and a missed notify costs no more than WAKE_S. Who may
+A role that may not run sleeps (`shared.Wakeup`) until a role that counts work wakes it
+(`SharedState.add`); the sleep has a timeout, so a stopped run or a dead parent is noticed within
+a second and a missed wake-up costs no more than WAKE_S. Who may
 run is not decided here: the caller passes its predicate (control.RatioController for PQL's
 roles, the trajectory queue for IMPALA's).
 
@@ -16,9 +16,9 @@ import os
 import time
 from typing import Callable
 
-from pql.runtime.shared import LOCK_TIMEOUT_S, RunCounters
+from pql.runtime.shared import RunCounters, Wakeup
 
-WAKE_S = 0.5  # a waiting role re-checks at least this often
+WAKE_S = 0.1  # a waiting role re-checks at least this often
 
 
 class StallError(RuntimeError):
@@ -26,12 +26,12 @@ class StallError(RuntimeError):
 
 
 class Waiter:
-    """counters.progress names the counters whose change is progress; started() says whether every
-    role has counted work in this launch."""
+    """The wait of role `role` (a name `wakeup` knows). counters.progress names the counters whose
+    change is progress; started() says whether every role has counted work in this launch."""
 
-    def __init__(self, counters: RunCounters, condition, stall_timeout_s: float, startup_timeout_s: float,
-                 started: Callable[[], bool]):
-        self.counters, self.condition, self.started = counters, condition, started
+    def __init__(self, counters: RunCounters, wakeup: Wakeup, role: str, stall_timeout_s: float,
+                 startup_timeout_s: float, started: Callable[[], bool]):
+        self.counters, self.wakeup, self.role, self.started = counters, wakeup, role, started
         self.stall_timeout_s, self.startup_timeout_s = stall_timeout_s, startup_timeout_s
         self.parent_pid = os.getppid()
 
@@ -59,11 +59,4 @@ class Waiter:
             elif time.monotonic() - start > limit:
                 counts = ", ".join(f"{k} {v}" for k, v in current.items())
                 raise StallError(f"waited {limit:.0f}s for {what} with no progress ({counts})")
-            # A timed acquire: a role killed while holding the lock must not block the others. The
-            # checks repeat under the lock, so a notify between the ones above and the wait is kept.
-            if self.condition.acquire(timeout=LOCK_TIMEOUT_S):
-                try:
-                    if not (self.counters.stop or ready()):
-                        self.condition.wait(timeout=WAKE_S)
-                finally:
-                    self.condition.release()
+            self.wakeup.sleep(self.role, lambda: bool(self.counters.stop) or ready(), WAKE_S)

@@ -37,11 +37,14 @@ class SharedWeights:
             self.flat.share_memory_()
         self.counters = torch.zeros(2, dtype=torch.int64).share_memory_()
         self._pending: tuple[int, Fence] | None = None
+        # The writer's module and its tensors, listed once: walking the module on each publish
+        # took 0.1 ms of a 4.3-ms critic update on a CPU.
+        self._source: tuple[nn.Module, list[torch.Tensor]] | None = None
 
     def __getstate__(self) -> dict:
         # A process that receives these weights starts with no copy of its own in flight (and a
-        # CUDA event cannot travel to it anyway).
-        return {**self.__dict__, "_pending": None}
+        # CUDA event cannot travel to it anyway) and lists its own module's tensors.
+        return {**self.__dict__, "_pending": None, "_source": None}
 
     def current_version(self) -> int:
         """The newest whole version (0: nothing published yet)."""
@@ -59,7 +62,9 @@ class SharedWeights:
             # The previous copy has not landed, so no reader can see its buffer yet: newer
             # weights replace it under the same version.
             version = self._pending[0]
-        torch.cat([t.detach().reshape(-1).float() for t in _tensors(module)], out=self.flat[version % 2])
+        if self._source is None or self._source[0] is not module:
+            self._source = (module, _tensors(module))
+        torch.cat([t.detach().reshape(-1).float() for t in self._source[1]], out=self.flat[version % 2])
         self._pending = (version, Fence(self.flat.device).record())
         self._commit(block=wait)
 

@@ -9,7 +9,7 @@ import copy
 
 import torch
 
-from pql.algos.common import Checkpointable, adam, soft_update
+from pql.algos.common import Checkpointable, SoftUpdate, adam
 from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer
 from pql.replay.nstep import transition_spec
@@ -144,6 +144,7 @@ class VLearner(_Learner):
         self.critic = algo.make_critic().to(device)
         group.broadcast(self.critic)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.soft_update = SoftUpdate(self.target_critic, self.critic)
         self.policy = algo.make_policy().to(device).requires_grad_(False)
         self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
         self.optim = adam(algo.critic_optim_params(self.critic))
@@ -161,7 +162,7 @@ class VLearner(_Learner):
         batch, indices, weights = self._sample(self.cfg.algo.batch_size)
         loss, td_abs, info = self.critic_loss(batch, weights)
         self._optimise(loss)
-        soft_update(self.target_critic, self.critic, self.cfg.algo.tau)
+        self.soft_update(self.cfg.algo.tau)
         self.replay.update_priorities(indices, td_abs)
         return info
 

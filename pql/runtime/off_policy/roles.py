@@ -44,7 +44,7 @@ def make_shared(cfg, algo, obs_dim: int, act_dim: int, ctx=None) -> SharedState:
         (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), actor,
         {"normalizer": SharedWeights(ObsNormalizer(obs_dim), actor),
          "critic": SharedWeights(algo.make_critic(), role_device(cfg, "v_learner")),
-         "policy": SharedWeights(algo.make_policy(), role_device(cfg, "p_learner"))}, ctx)
+         "policy": SharedWeights(algo.make_policy(), role_device(cfg, "p_learner"))}, ROLE_NAMES, ctx)
 
 
 def make_ratios(cfg, shared: SharedState) -> RatioController:
@@ -74,7 +74,7 @@ def role_main(name: str, cfg, shared: SharedState, obs_dim: int, act_dim: int, r
                           fresh_start=resume is None)
         if resume is not None:
             role.load_state_dict(resume["roles"][name])
-        waiter = Waiter(shared.counters, shared.condition, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
+        waiter = Waiter(shared.counters, shared.wakeup, name, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
                         ratios.started)
         # Requests are numbered from 1 in each launch; one made while this role was starting is
         # still answered (reading the counter here instead would skip it, and the main process

@@ -21,7 +21,7 @@ from pql.runtime.device import synchronize, use_device
 from pql.runtime.distributed import Replicas, role_group
 from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
-from pql.runtime.shared import RunCounters, RunStats, SharedState, make_shared_state, notify_all
+from pql.runtime.shared import RunCounters, RunStats, SharedState, make_shared_state
 from pql.runtime.supervisor import ProcessRuntime, role_log_path, role_process, threads_per_process
 from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights, WeightsReader
@@ -58,8 +58,11 @@ def trajectory_ring_spec(obs_dim: int, act_dim: int) -> dict:
     return {**trajectory_spec(obs_dim, act_dim), "behaviour_version": ((), torch.int64)}
 
 
-def make_waiter(cfg, shared: SharedState, queue: TrajectoryQueue) -> Waiter:
-    return Waiter(shared.counters, shared.condition, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
+WAITING_ROLES = ("actor", "learner")  # the actor process, and the learner in the main process
+
+
+def make_waiter(cfg, shared: SharedState, queue: TrajectoryQueue, role: str) -> Waiter:
+    return Waiter(shared.counters, shared.wakeup, role, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
                   queue.started)
 
 
@@ -86,7 +89,7 @@ class ImpalaActor:
     def ready(self) -> bool:
         if self.done():  # the learner takes every slot published before it stops
             self.shared.counters.actor_done = 1
-            notify_all(self.shared.condition)
+            self.shared.wake()
             return False
         return self.queue.slot_free()
 
@@ -115,7 +118,7 @@ def actor_main(cfg, shared: SharedState, threads: int) -> None:
         torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 1 + shared.counters.env_steps)
         queue = TrajectoryQueue(shared.counters, cfg.algo.queue_size)
         actor = ImpalaActor(cfg, shared, queue, device)
-        while make_waiter(cfg, shared, queue).wait(actor.ready, lambda: None, "a free trajectory slot"):
+        while make_waiter(cfg, shared, queue, "actor").wait(actor.ready, lambda: None, "a free trajectory slot"):
             actor.step()
 
 
@@ -132,14 +135,15 @@ class ImpalaRunner(OnPolicyRunner):
         self.shared = make_shared_state(QueueCounters(), RunStats(), trajectory_ring_spec(obs_dim, act_dim),
                                         (cfg.algo.queue_size, cfg.algo.unroll, cfg.task.num_envs), device,
                                         {"policy": SharedWeights(self.learner.policy, device),
-                                         "normalizer": SharedWeights(self.normalizer, device)}, self.ctx)
+                                         "normalizer": SharedWeights(self.normalizer, device)}, WAITING_ROLES,
+                                        self.ctx)
         self.counters = self.shared.counters
         self.counters.load({k: self.resumed[k] for k in ("env_steps", "episodes")})
         self.shared.weights["policy"].publish(self.learner.policy, wait=True)
         self.shared.weights["normalizer"].publish(self.normalizer, wait=True)
         self.normalizer_reader = WeightsReader(self.shared.weights["normalizer"], self.normalizer)
         self.queue = TrajectoryQueue(self.counters, cfg.algo.queue_size)
-        self.waiter = make_waiter(cfg, self.shared, self.queue)
+        self.waiter = make_waiter(cfg, self.shared, self.queue, "learner")
         self.lag_sum = self.lag_count = 0
         self.processes = None
 
