@@ -40,6 +40,7 @@ BAD = [
     ("algo.beta_pv=1.5", "algo.beta_pv", ">= 1"),
     ("algo.batch_size=-8", "algo.batch_size", "> 0"),
     ("algo.critic_lr=-0.001", "algo.critic_lr", "> 0"),
+    ("algo.policy_average=1.5", "algo.policy_average", "[0, 1]"),
     ("algo.exploration=boltzmann", "algo.exploration", "mixed, ape_x"),
     ("algo.noise_std_max=0.01", "algo.noise_std_max", ">= algo.noise_std_min"),
     ("algo.net.actor_hidden=[0,256]", "algo.net.actor_hidden", "positive layer widths"),

@@ -16,6 +16,7 @@ from pql.evaluate import evaluate
 from pql.nets import ObsNormalizer
 from pql.runtime import train
 from pql.runtime.run import EVAL_SEED_OFFSET
+from pql.runtime.shared import Wakeup
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 
 from conftest import alive, running, started_roles
@@ -130,6 +131,36 @@ def test_resume_with_another_algo_or_task_is_a_config_error(make_config, tmp_pat
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("average", [0.0, 0.05])
+def test_the_run_delivers_the_average_of_its_policy(make_config, average):
+    """algo.policy_average: the checkpoint's policy, what an evaluation and a user load, is the
+    P-learner's Polyak average (kept in its state for a resume); with 0 it is the latest policy
+    and no average is kept."""
+    cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600",
+                               f"algo.policy_average={average}"])
+    train(cfg)
+    state = load_checkpoint(os.path.join(cfg.run_dir, "checkpoint.pt"))
+    learner = state["roles"]["p_learner"]
+    latest_is_delivered = [torch.equal(v, learner["policy"][k]) for k, v in state["policy"].items()]
+    if average:
+        assert all(torch.equal(v, learner["delivered"][k]) for k, v in state["policy"].items())
+        assert not any(latest_is_delivered)
+    else:
+        assert "delivered" not in learner and all(latest_is_delivered)
+
+
+def test_a_checkpoint_without_an_average_resumes_with_one(make_config, tmp_path):
+    """A run saved with algo.policy_average=0 resumes with an average, which starts from its policy."""
+    first = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=600", "algo.policy_average=0"],
+                        run_dir=tmp_path / "first")
+    train(first)
+    again = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1200", "algo.policy_average=0.05",
+                                 f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"], run_dir=tmp_path / "again")
+    train(again)
+    learner = load_checkpoint(tmp_path / "again" / "checkpoint.pt")["roles"]["p_learner"]
+    assert learner["delivered"].keys() == learner["policy"].keys()
 
 
 def test_warmup_can_be_zero(make_config, tmp_path):
@@ -337,3 +368,41 @@ def test_evaluation_runs_on_one_thread_and_gives_the_count_back(make_config):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def _sleep_until_flagged(wakeup: Wakeup, flag: torch.Tensor, woke_at: torch.Tensor) -> None:
+    wakeup.sleep("sleeper", lambda: bool(flag[0]), timeout=60.0)
+    woke_at[0] = time.monotonic()
+
+
+def test_a_role_that_counts_never_waits_for_a_sleeping_role_to_wake():
+    """multiprocessing's Condition.notify waits until the sleeper has woken, which cost the critic
+    0.4 ms per update on 2 busy cores. Waking through `Wakeup` returns at once even while the
+    sleeping process is stopped, and the sleeper, once continued, wakes from that release (not
+    from its 60-s timeout)."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    wakeup = Wakeup(ctx, ("sleeper",))
+    flag, woke_at = torch.zeros(1).share_memory_(), torch.zeros(1, dtype=torch.float64).share_memory_()
+    sleeper = ctx.Process(target=_sleep_until_flagged, args=(wakeup, flag, woke_at), daemon=True)
+    sleeper.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not int(wakeup.asleep[0]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert int(wakeup.asleep[0]), "the sleeper never went to sleep"
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        flag[0] = 1
+        start = time.monotonic()
+        wakeup.wake_all()
+        assert time.monotonic() - start < 0.5
+        continued = time.monotonic()
+        os.kill(sleeper.pid, signal.SIGCONT)
+        sleeper.join(timeout=30)
+        assert sleeper.exitcode == 0
+        assert float(woke_at[0]) - continued < 10
+    finally:
+        if sleeper.is_alive():
+            sleeper.kill()
+

@@ -11,8 +11,9 @@ evaluate, checkpoint, log and stop. Every checkpoint has one layout:
      "rng": this process's RNG streams, "policy": state_dict, "normalizer": state_dict,
      "roles": {role: that role's training state}}
 
-"policy" and "normalizer" are what an evaluation (test=true) or a deployment needs; "roles" is
-what a resume needs beyond them.
+"policy" and "normalizer" are what an evaluation (test=true) or a deployment needs ("policy" is
+the policy the run delivers: for the off-policy algorithms the P-learner's average when
+algo.policy_average is set); "roles" is what a resume needs beyond them.
 
 Under torchrun every replica's main process runs `train` (pql/runtime/distributed.py); rank 0
 alone evaluates, logs, checkpoints and prints, the others only train and post their ratios

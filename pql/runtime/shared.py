@@ -85,7 +85,7 @@ class SharedState:
     stats: RunStats
     ring: dict                       # {field: [slots, ...]} on the device: what the actor hands on
     weights: dict                    # {name: SharedWeights}, each on its writer's device
-    wakeup: "Wakeup | None" = None    # how roles wake each other (None in one process)
+    wakeup: Wakeup | None = None     # how roles wake each other (None in one process)
     errors: object = None            # queue of (role, traceback) from failing roles
     checkpoint_parts: object = None  # queue of (request id, role, serialized state)
 

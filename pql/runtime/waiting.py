@@ -2,9 +2,9 @@
 
 A role that may not run sleeps (`shared.Wakeup`) until a role that counts work wakes it
 (`SharedState.add`); the sleep has a timeout, so a stopped run or a dead parent is noticed within
-a second and a missed wake-up costs no more than WAKE_S. Who may
-run is not decided here: the caller passes its predicate (control.RatioController for PQL's
-roles, the trajectory queue for IMPALA's).
+a second and a missed wake-up costs no more than WAKE_S. Who may run is not decided here: the
+caller passes its predicate (control.RatioController for PQL's roles, the trajectory queue for
+IMPALA's).
 
 A role waiting with no progress anywhere for runtime.stall_timeout_s stops the run. Until every
 role has counted once in this launch the limit is runtime.startup_timeout_s instead: building

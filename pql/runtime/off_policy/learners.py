@@ -20,6 +20,7 @@ from pql.runtime.divergence import check_values
 from pql.runtime.shared import SharedState
 from pql.runtime.weight_sync import WeightsReader
 
+DELIVERED = "delivered"  # the P-learner's average policy (algo.policy_average), in shared.weights too
 LOSS_REPORT_EVERY = 50  # updates between reports of the losses (a host sync on CUDA)
 
 
@@ -54,12 +55,13 @@ def compile_update(fn, enabled: bool, device: torch.device):
 class _Learner(Checkpointable):
     """What both learners share: ingesting the staging ring, the normaliser copy, one optimiser
     step on a loss, and their state: `state_attrs`, the generator, and on loading, a publication
-    of the network this learner owns (`publishes`) so that every copy starts from it."""
+    of the networks this learner owns (`publishes`, each under its attribute's name in
+    shared.weights) so that every copy starts from them."""
 
     consumed_slot: str  # the counter of staged batches this learner has copied
     counts: str  # the counter of this learner's updates
     fields: tuple
-    publishes: str
+    publishes: tuple[str, ...]
     publish_every: int
     staged_priorities = False  # whether new items take the priorities the actor staged
 
@@ -105,7 +107,8 @@ class _Learner(Checkpointable):
         self.ingest()
         info = self._update()
         if self.updates % self.publish_every == 0:
-            self.shared.weights[self.publishes].publish(getattr(self, self.publishes))
+            for name in self.publishes:
+                self.shared.weights[name].publish(getattr(self, name))
         if self.updates % LOSS_REPORT_EVERY == 0:
             self._report(info)
         self.shared.add(self.counts)
@@ -123,14 +126,15 @@ class _Learner(Checkpointable):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.generator.set_state(state["generator"])
-        self.shared.weights[self.publishes].publish(getattr(self, self.publishes), wait=True)
+        for name in self.publishes:
+            self.shared.weights[name].publish(getattr(self, name), wait=True)
 
 
 class VLearner(_Learner):
     name = "v_learner"
     consumed_slot, counts = "consumed_v", "critic_updates"
     fields = ("obs", "action", "reward", "next_obs", "discount")
-    publishes = "critic"
+    publishes = ("critic",)
     # Not the sampler's priorities: the replay's contents are not saved, so they would be of nothing.
     state_attrs = ("critic", "target_critic", "optim")
 
@@ -178,7 +182,7 @@ class PLearner(_Learner):
     name = "p_learner"
     consumed_slot, counts = "consumed_p", "policy_updates"
     fields = ("obs",)
-    publishes = "policy"
+    publishes = ("policy",)
     state_attrs = ("policy", "optim")
 
     def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int,
@@ -193,7 +197,14 @@ class PLearner(_Learner):
         self.optim = adam(algo.policy_optim_params(self.policy))
         self.policy_loss = compile_update(lambda obs: algo.policy_loss(self.policy, self.critic, obs),
                                           cfg.runtime.compile, device)
-        shared.weights["policy"].publish(self.policy, wait=True)
+        self.average_rate = cfg.algo.policy_average
+        if self.average_rate:
+            # The policy the run delivers: a Polyak average of this one, published for evaluation.
+            self.delivered = copy.deepcopy(self.policy).requires_grad_(False)
+            self.average = SoftUpdate(self.delivered, self.policy)
+            self.publishes, self.state_attrs = ("policy", DELIVERED), PLearner.state_attrs + (DELIVERED,)
+        for name in self.publishes:
+            shared.weights[name].publish(getattr(self, name), wait=True)
 
     def ready(self) -> bool:
         return self.ratios.policy_may_update()
@@ -203,7 +214,16 @@ class PLearner(_Learner):
         batch, _, _ = self._sample(self.cfg.algo.batch_size)
         loss, info = self.policy_loss(batch["obs"])
         self._optimise(loss)
+        if self.average_rate:
+            # Until 1/τ updates are made, the mean of them all: the first policies would otherwise
+            # keep (1 − τ)^k of the random initial one (37% after 1,000 updates at τ = 0.001).
+            self.average(max(self.average_rate, 1.0 / (self.shared.counters.policy_updates + 1)))
         return info
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.average_rate and DELIVERED not in state:  # saved without an average: it starts from the policy
+            state = {**state, DELIVERED: state["policy"]}
+        super().load_state_dict(state)
 
     def _report(self, info: dict) -> None:
         self.shared.stats.policy_loss, = host_values(info["policy/loss"])

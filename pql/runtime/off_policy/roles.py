@@ -14,7 +14,7 @@ from pql.runtime.control import LearnerStats, RatioController, RatioCounters
 from pql.runtime.device import use_device
 from pql.runtime.distributed import Replicas, role_group
 from pql.runtime.off_policy.actor import Actor
-from pql.runtime.off_policy.learners import PLearner, VLearner
+from pql.runtime.off_policy.learners import DELIVERED, PLearner, VLearner
 from pql.runtime.shared import SharedState, make_shared_state
 from pql.runtime.supervisor import hand_in, role_log_path, role_process
 from pql.runtime.waiting import Waiter
@@ -38,13 +38,20 @@ def make_shared(cfg, algo, obs_dim: int, act_dim: int, ctx=None) -> SharedState:
     """What the three roles share, each part on its writer's device: the ring and the observation
     statistics on the actor's, the critic on the V-learner's, the policy on the P-learner's
     (ctx: a multiprocessing context, None for one process)."""
-    actor = role_device(cfg, "actor")
-    return make_shared_state(
-        RatioCounters(), LearnerStats(), staging_spec(obs_dim, act_dim),
-        (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), actor,
-        {"normalizer": SharedWeights(ObsNormalizer(obs_dim), actor),
-         "critic": SharedWeights(algo.make_critic(), role_device(cfg, "v_learner")),
-         "policy": SharedWeights(algo.make_policy(), role_device(cfg, "p_learner"))}, ROLE_NAMES, ctx)
+    actor, p_learner = role_device(cfg, "actor"), role_device(cfg, "p_learner")
+    weights = {"normalizer": SharedWeights(ObsNormalizer(obs_dim), actor),
+               "critic": SharedWeights(algo.make_critic(), role_device(cfg, "v_learner")),
+               "policy": SharedWeights(algo.make_policy(), p_learner)}
+    if cfg.algo.policy_average:
+        weights[DELIVERED] = SharedWeights(algo.make_policy(), p_learner)
+    return make_shared_state(RatioCounters(), LearnerStats(), staging_spec(obs_dim, act_dim),
+                             (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), actor, weights,
+                             ROLE_NAMES, ctx)
+
+
+def delivered_policy(cfg) -> str:
+    """Which of the P-learner's policies the run evaluates and checkpoints (algo.policy_average)."""
+    return DELIVERED if cfg.algo.policy_average else "policy"
 
 
 def make_ratios(cfg, shared: SharedState) -> RatioController:

@@ -10,8 +10,8 @@ import torch.multiprocessing as mp
 from pql.nets import ObsNormalizer
 from pql.runtime.control import RatioCounters
 from pql.runtime.distributed import Replicas
-from pql.runtime.off_policy.roles import (ROLE_NAMES, build_role, make_ratios, make_rules, make_shared, role_device,
-                                          role_main)
+from pql.runtime.off_policy.roles import (ROLE_NAMES, build_role, delivered_policy, make_ratios, make_rules,
+                                          make_shared, role_device, role_main)
 from pql.runtime.off_policy.sequential import interleave
 from pql.runtime.supervisor import POLL_S, ProcessRuntime, threads_per_process
 from pql.runtime.weight_sync import WeightsReader
@@ -40,10 +40,11 @@ class OffPolicyRunner:
             for name, role in self.roles.items():
                 if resume is not None:
                     role.load_state_dict(resume["roles"][name])
-        # The main process's copies of the newest policy and statistics, for evaluation.
+        # The main process's copies of the newest delivered policy and statistics, for evaluation.
+        self.delivered = delivered_policy(cfg)
         self.policy = algo.make_policy().to(device).requires_grad_(False)
         self.normalizer = ObsNormalizer(obs_dim).to(device)
-        self.policy_reader = WeightsReader(self.shared.weights["policy"], self.policy)
+        self.policy_reader = WeightsReader(self.shared.weights[self.delivered], self.policy)
         self.normalizer_reader = WeightsReader(self.shared.weights["normalizer"], self.normalizer)
 
     def run(self, monitor) -> None:
@@ -86,7 +87,7 @@ class OffPolicyRunner:
                 "train/length": stats["train_length"], "train/episodes": self.counters.episodes}
 
     def policy_version(self) -> int:
-        return self.shared.weights["policy"].current_version()  # 0 until the P-learner has published once
+        return self.shared.weights[self.delivered].current_version()  # 0 until the P-learner has published once
 
     def latest_policy(self) -> tuple:
         """Waits for a whole copy of the newest published policy, never an older one."""
@@ -99,7 +100,7 @@ class OffPolicyRunner:
             roles, counts = self.processes.collect_states()
         else:
             roles, counts = {name: role.state_dict() for name, role in self.roles.items()}, self.counters.as_dict()
-        return {"counters": {k: counts[k] for k in RatioCounters.persistent}, "policy": roles["p_learner"]["policy"],
+        return {"counters": {k: counts[k] for k in RatioCounters.persistent}, "policy": roles["p_learner"][self.delivered],
                 "normalizer": roles["actor"]["normalizer"], "roles": roles}
 
     def close(self) -> None:
