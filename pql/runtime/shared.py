@@ -131,7 +131,9 @@ class Wakeup:
     multiprocessing's Condition.notify blocks until every sleeper has woken: a context switch that
     the notifying role paid on each count, 0.4 ms of a 4.3-ms critic update on 2 busy cores
     (docs/tuning.md). Here each role sleeps on a semaphore of its own and raises a shared flag
-    first; a role that counted releases the semaphores whose flag is up, and goes on.
+    first; a role that counted lowers the flags that are up, releases their semaphores and goes
+    on. Two roles that count at once may both release one semaphore: that sleeper's next sleep
+    then returns at once, and its caller checks its predicate again.
     """
 
     def __init__(self, ctx, roles: tuple[str, ...]):
@@ -149,10 +151,9 @@ class Wakeup:
                 self.semaphores[i].acquire(timeout=timeout)
         finally:
             self.asleep[i] = 0
-        while self.semaphores[i].acquire(False):  # wake-ups from several roles at once: one is enough
-            pass
 
     def wake_all(self) -> None:
         for i, up in enumerate(self.asleep.tolist()):
             if up:
+                self.asleep[i] = 0  # one release per sleep
                 self.semaphores[i].release()

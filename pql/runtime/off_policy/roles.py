@@ -42,7 +42,7 @@ def make_shared(cfg, algo, obs_dim: int, act_dim: int, ctx=None) -> SharedState:
     weights = {"normalizer": SharedWeights(ObsNormalizer(obs_dim), actor),
                "critic": SharedWeights(algo.make_critic(), role_device(cfg, "v_learner")),
                "policy": SharedWeights(algo.make_policy(), p_learner)}
-    if cfg.algo.policy_average:
+    if delivered_policy(cfg) == DELIVERED:
         weights[DELIVERED] = SharedWeights(algo.make_policy(), p_learner)
     return make_shared_state(RatioCounters(), LearnerStats(), staging_spec(obs_dim, act_dim),
                              (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), actor, weights,
