@@ -1,12 +1,13 @@
-"""Compare runs: `python -m pql.plot RUN_DIR [RUN_DIR ...] [--out FILE] [--key eval/return]`.
+"""Compare runs: `python -m pql.plot RUN_DIR [RUN_DIR ...] [--out FILE] [--key eval/return] [--x wall_time]`.
 
 Draws one figure with `key` against env steps and against wall time for every run. A RUN_DIR
 is a run directory (it has metrics.csv) or a Hydra multirun directory (its numbered
 subdirectories are the runs). Each run is labelled by the Hydra overrides
 (`RUN_DIR/.hydra/overrides.yaml`) that differ across the runs, e.g. `algo.beta_pv=4`; the
 overrides they share become the title. A run without overrides is labelled by its directory.
-Runs of more than one task (config.json's task.name) are drawn against env steps in one panel
-per task, each run labelled among its task's runs.
+Runs of more than one task (config.json's task.name) are drawn in one panel per task, each run
+labelled among its task's runs, against env steps or, with `--x wall_time`, against wall time
+(to compare runs that step at different speeds, e.g. pql and a peer at equal wall time).
 """
 from __future__ import annotations
 
@@ -124,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key", default=EVAL_RETURN, help=f"the logged scalar to plot (default {EVAL_RETURN})")
     parser.add_argument("--out", help="PNG to write (default: compare_<key>.png in RUN_DIR if one was given, "
                                       "else in the current directory)")
+    parser.add_argument("--x", choices=("env_steps", "wall_time"), default="env_steps",
+                        help="x axis of the per-task panels drawn for runs of several tasks (default env_steps); "
+                             "runs of one task are always drawn against both")
     args = parser.parse_args(argv)
     out = args.out or os.path.join(args.run_dirs[0] if len(args.run_dirs) == 1 else ".",
                                    f"compare_{args.key.replace('/', '_')}.png")
@@ -132,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         tasks = [task_of(d) for d, _ in curves]
         if len(set(tasks)) > 1:
-            plot_task_panels(task_panels(curves, tasks), args.key, out)
+            plot_task_panels(task_panels(curves, tasks), args.key, out,
+                             "wall_time_s" if args.x == "wall_time" else "env_steps")
         else:
             labels, title = labels_and_title([d for d, _ in curves])
             plot_curves([(label, m) for label, (_, m) in zip(labels, curves)], args.key, out, title=title)

@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+from pql.logging.curves import plot_task_panels
 from pql.plot import find_runs, labels_and_title, load_curves, main, task_of, task_panels
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -59,6 +60,20 @@ def test_runs_of_several_tasks_get_a_panel_per_task(tmp_path, capsys):
     (tmp_path / "h0" / "config.json").write_text("[]")
     assert main([*map(str, runs), "--out", str(out)]) == 2
     assert "is not a pql config" in capsys.readouterr().err
+
+
+def test_task_panels_against_wall_time(tmp_path):
+    runs = [_fake_run(tmp_path / "a", ["task=Ant"], [1.0, 900.0, 950.0], task="Ant"),
+            _fake_run(tmp_path / "h", ["task=Hopper"], [5.0, 30.0], task="Hopper")]
+    curves = load_curves(find_runs([str(r) for r in runs]), "eval/return")
+    panels = task_panels(curves, [task_of(d) for d, _ in curves])
+    fig = plot_task_panels(panels, "eval/return", str(tmp_path / "t.png"), "wall_time_s")
+    assert list(fig.axes[0].lines[0].get_xdata()) == [1.5, 3.0, 4.5]  # seconds: the runs are shorter than 2 min
+    assert fig.axes[1].lines[0].get_ydata().tolist() == [5.0, 30.0]
+    assert fig.get_supxlabel() == "wall time (s)"
+    out = tmp_path / "tasks.png"
+    assert main([*map(str, runs), "--x", "wall_time", "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
 
 
 def test_runs_without_overrides_use_directory_names(tmp_path):

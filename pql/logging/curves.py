@@ -18,9 +18,7 @@ def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str
     `metrics` is what `read_metrics` returns; rows where `key` is empty are skipped. A label of
     None draws no legend entry.
     """
-    max_wall = max(float(np.nanmax(m["wall_time_s"], initial=0.0)) for _, m in curves)
-    unit, scale = next((u, s) for u, s, limit in (("s", 1.0, 120.0), ("min", 60.0, 7200.0), ("h", 3600.0, np.inf))
-                       if max_wall < limit)
+    unit, scale = _time_unit(curves)
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax_steps, ax_time = fig.subplots(1, 2, sharey=True)
     _draw(ax_steps, curves, key, "env_steps")
@@ -37,24 +35,39 @@ def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str
 
 
 def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np.ndarray]]]]], key: str,
-                     out_path: str) -> None:
-    """Draw `key` against env_steps in one panel per (task, curves): returns of different tasks
-    share no scale. Curves are (label, metrics) as for `plot_curves`."""
+                     out_path: str, x_key: str = "env_steps") -> Figure:
+    """Draw `key` against `x_key` (env_steps or wall_time_s) in one panel per (task, curves):
+    returns of different tasks share no scale. Curves are (label, metrics) as for `plot_curves`.
+    Returns the figure it saved."""
     cols = min(4, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig = Figure(figsize=(3.6 * cols, 2.9 * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    if x_key == "wall_time_s":
+        unit, scale = _time_unit([c for _, curves in panels for c in curves])
+        x_label = f"wall time ({unit})"
+    else:
+        scale, x_label = 1.0, "env steps"
     for ax, (task, curves) in zip(axes, panels):
-        _draw(ax, curves, key, "env_steps")
+        _draw(ax, curves, key, x_key, scale)
         ax.set_title(task, fontsize="medium")
-        ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k: narrow panels have no room for 200000
+        if x_key == "env_steps":
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k: narrow panels have no room for 200000
         if any(label is not None for label, _ in curves):
             ax.legend(fontsize="x-small")
     for ax in axes[len(panels):]:
         ax.set_visible(False)
-    fig.supxlabel("env steps", fontsize="medium")
+    fig.supxlabel(x_label, fontsize="medium")
     fig.supylabel(key, fontsize="medium")
     fig.savefig(out_path, dpi=120)
+    return fig
+
+
+def _time_unit(curves) -> tuple[str, float]:
+    """(unit, seconds per unit) that keeps the longest run's wall-time axis readable."""
+    max_wall = max(float(np.nanmax(m["wall_time_s"], initial=0.0)) for _, m in curves)
+    return next((u, s) for u, s, limit in (("s", 1.0, 120.0), ("min", 60.0, 7200.0), ("h", 3600.0, np.inf))
+                if max_wall < limit)
 
 
 def _draw(ax, curves, key: str, x_key: str, scale: float = 1.0) -> None:
