@@ -39,9 +39,12 @@ def make_config(tmp_path):
 @contextlib.contextmanager
 def running(cmd: list[str]):
     """train.py in a process group of its own, killed with every role it started however the
-    test ends (a failed assertion must not leave a run behind eating the CPU of later tests)."""
+    test ends (a failed assertion must not leave a run behind eating the CPU of later tests).
+    SIGINT is reset to its default in the child: a test suite started in the background by a
+    shell without job control inherits SIGINT ignored, and train.py, as any program should,
+    leaves an ignored SIGINT ignored, so a Ctrl-C test would wait forever."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         yield proc
     finally:
