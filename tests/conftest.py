@@ -44,7 +44,8 @@ def running(cmd: list[str]):
     shell without job control inherits SIGINT ignored, and train.py, as any program should,
     leaves an ignored SIGINT ignored, so a Ctrl-C test would wait forever."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         yield proc
     finally:

@@ -45,9 +45,9 @@ def test_pql_with_prioritized_replay_solves_inverted_pendulum(make_config, prior
 # envs. The budget is env steps, not wall time: in sequential mode a seed learns the same curve
 # however fast the machine (CI's run matched this VM's, evaluation for evaluation), while a 120 s
 # budget passed at ~720 env steps/s and failed in CI at ~380. On this project's 2-core VM (~380 env
-# steps/s today) seeds 0, 1 and 2 first scored >= 9,000 at 53k, 53k and 29k env steps (seed 0 in 140
-# s), and seed 0 then stayed at 9,358 through 120k: 80k is the budget, and the time limit only stops
-# a run on a machine far slower. torch_threads=1: on a CPU that other work keeps busy, torch's
+# steps/s today) seeds 0, 1 and 2 first scored >= 9,000 at 53k, 53k and 29k env steps (seed 0 in
+# 140 s), and seed 0 then stayed at 9,358 through 120k: 80k is the budget, and the time limit only
+# stops a run on a machine far slower. torch_threads=1: on a CPU that other work keeps busy, torch's
 # default of a thread per core made each update 50 times slower there (25 ms against 0.5 ms).
 DOUBLE_PENDULUM = ["task=InvertedDoublePendulum", "task.num_envs=16", "runtime.mode=sequential",
                    "runtime.torch_threads=1", "runtime.max_env_steps=80000", "runtime.max_time_s=900",
