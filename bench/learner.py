@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pql.algos.common import SoftUpdate, adam  # noqa: E402
 from pql.config import apply_device_defaults, load_config  # noqa: E402
+from pql.runtime.device import use_device  # noqa: E402
 from pql.runtime.off_policy.learners import compile_update  # noqa: E402
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared  # noqa: E402
 
@@ -99,7 +100,12 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
     policy_opt = adam(algo.policy_optim_params(policy))
     critic_loss = compile_update(lambda b, w: algo.critic_loss(critic, target, policy, b, w), cfg.runtime.compile,
                                  device)
-    policy_loss = compile_update(lambda obs: algo.policy_loss(policy, critic, obs), cfg.runtime.compile, device)
+    # The P-learner's critic is a frozen copy (it takes no gradient): with the trained critic here,
+    # the policy's backward would add into the gradients the critic's CUDA graph wrote, which the
+    # next graph replay overwrites.
+    frozen_critic = copy.deepcopy(critic).requires_grad_(False)
+    policy_loss = compile_update(lambda obs: algo.policy_loss(policy, frozen_critic, obs), cfg.runtime.compile,
+                                 device)
     batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device)
     weights = torch.ones(cfg.algo.batch_size, device=device)
 
@@ -186,7 +192,7 @@ def main() -> None:
     raw = {"task": {"name": args.task, "num_envs": args.num_envs}, "algo": {"name": "pql", "batch_size": args.batch_size},
            "runtime": {"device": args.device}, "run_dir": tempfile.gettempdir()}
     cfg = load_config(raw)
-    device = apply_device_defaults(cfg)
+    device = use_device(apply_device_defaults(cfg))  # TF32 on CUDA, as in every process of a run
     probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
     probe.close()

@@ -14,6 +14,7 @@ from pql.config import ConfigError
 from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.nets import ObsNormalizer
+from pql.runtime import device as device_module
 from pql.runtime import train
 from pql.runtime.run import EVAL_SEED_OFFSET
 from pql.runtime.shared import Wakeup
@@ -66,6 +67,27 @@ def test_sequential_mode_is_deterministic(make_config, tmp_path):
         assert torch.equal(v, finals[1]["policy"][k]), k
     assert finals[0]["counters"] == finals[1]["counters"]
     beta_av, beta_pv = measured_ratios(finals[0]["counters"])
+    assert beta_av == pytest.approx(cfg.algo.beta_av, rel=0.05) and beta_pv == pytest.approx(2, rel=0.05)
+
+
+def test_sequential_mode_waits_for_copies_in_flight(make_config, tmp_path, monkeypatch):
+    """On a GPU a ring copy lands when the stream reaches it, so the whole ring can be in flight
+    with no role ready; sequential mode then waits for the device rather than calling the
+    schedule stuck (it did so on an H200). Here each fence lands only once the host has waited
+    for the device after it was recorded, the slowest a GPU stream can be."""
+    def record(fence):
+        fence.syncs_at_record = device_module.sync_count()
+        return fence
+
+    monkeypatch.setattr(device_module.Fence, "record", record)
+    monkeypatch.setattr(device_module.Fence, "done", lambda fence: device_module.sync_count() > fence.syncs_at_record)
+    # A warm-up longer than the ring, as on a GPU: the ring fills before any learner may update.
+    cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600", "runtime.device=cpu",
+                               "algo.warmup_steps=32"])
+    train(cfg)
+    counters = load_checkpoint(tmp_path / "checkpoint.pt")["counters"]
+    assert counters["env_steps"] >= 1600
+    beta_av, beta_pv = measured_ratios(counters, warmup_steps=32)
     assert beta_av == pytest.approx(cfg.algo.beta_av, rel=0.05) and beta_pv == pytest.approx(2, rel=0.05)
 
 
