@@ -353,7 +353,8 @@ class RuntimeConfig:
                                            doc="stop once an evaluation reaches this return (that evaluation is the "
                                                "run's final one)")
     eval_every: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(2_000_000, 50_000),
-                                   doc="env steps between evaluations")
+                                   doc="env steps between evaluations (one that would end past "
+                                       "runtime.max_time_s, as long as the last, is left to the final one)")
     checkpoint_every: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(5_000_000, 100_000),
                                          doc="env steps between checkpoints")
     policy_publish_every: int = _opt(1, "an integer >= 1", _at_least_one,

@@ -6,15 +6,18 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
 from pql.checkpoint import load_checkpoint
+from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
 from pql.config import ConfigError
 from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.nets import ObsNormalizer
 from pql.runtime import device as device_module
+from pql.runtime import run as run_module
 from pql.runtime import train
 from pql.runtime.run import EVAL_SEED_OFFSET
 from pql.runtime.shared import Wakeup
@@ -89,6 +92,25 @@ def test_sequential_mode_waits_for_copies_in_flight(make_config, tmp_path, monke
     assert counters["env_steps"] >= 1600
     beta_av, beta_pv = measured_ratios(counters, warmup_steps=32)
     assert beta_av == pytest.approx(cfg.algo.beta_av, rel=0.05) and beta_pv == pytest.approx(2, rel=0.05)
+
+
+def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tmp_path, monkeypatch):
+    """Evaluations due back to back, each a fixed 2-s wait here, the limit 5 s: the third would
+    end past the limit, so only the two before it and the final one run (on a GPU, an evaluation
+    straddling the limit and then the final one made a 180-s run last 213 s)."""
+    def two_second_evaluation(*args):
+        time.sleep(2.0)
+        return 0.0, 1.0
+
+    monkeypatch.setattr(run_module, "evaluate", two_second_evaluation)
+    limit = 5.0
+    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=100000000", "runtime.device=cpu",
+                               f"runtime.max_time_s={limit}", "runtime.eval_every=8"]))
+    columns = read_metrics(tmp_path / METRICS_CSV)
+    ends = list(columns["wall_time_s"][~np.isnan(columns[EVAL_RETURN])])
+    assert len(ends) == 3, ends
+    # 0.1 s: the logger's clock starts a little before the monitor's.
+    assert [end > limit + 0.1 for end in ends] == [False] * (len(ends) - 1) + [True], ends
 
 
 def tensors(state, prefix=""):

@@ -209,6 +209,7 @@ class Monitor:
         self.start = time.monotonic()
         self.solved = False
         self.last_eval_version = -1  # the policy version evaluated last
+        self.last_eval_s = 0.0  # how long the last evaluation took
         counts = runner.counts()
         self.next_eval = counts["env_steps"] + cfg.runtime.eval_every
         self.next_checkpoint = counts["env_steps"] + cfg.runtime.checkpoint_every
@@ -233,7 +234,7 @@ class Monitor:
             return
         version = self.runner.policy_version()
         final_eval_due = final and not self.solved and version != self.last_eval_version
-        if version and (env_steps >= self.next_eval or final_eval_due):
+        if version and ((env_steps >= self.next_eval and not self._eval_would_overrun()) or final_eval_due):
             self._log(env_steps, self._evaluate())
             self.next_eval = env_steps + self.cfg.runtime.eval_every
         if env_steps >= self.next_checkpoint or final:
@@ -255,6 +256,13 @@ class Monitor:
             self._log(env_steps, {**rates, **self.runner.scalars(), **ranks, "time/elapsed_s": self.elapsed()})
             self.logger.progress(env_steps, self.latest)
 
+    def _eval_would_overrun(self) -> bool:
+        """Whether an evaluation now, as long as the last one, would end past runtime.max_time_s.
+        The final evaluation follows the limit anyway: one started just before it only delays
+        the end (on a GPU an evaluation takes 7-25 s, docs/gpu.md)."""
+        limit = self.cfg.runtime.max_time_s
+        return limit is not None and self.elapsed() + self.last_eval_s > limit
+
     def _post(self, counts: dict, final: bool) -> None:
         now = time.monotonic()
         if now - self.last_log_time >= self.cfg.runtime.log_every_s or final:
@@ -275,8 +283,9 @@ class Monitor:
         target = self.cfg.runtime.stop_at_return
         if target is not None and ret >= target:
             self.solved = True
+        self.last_eval_s = time.monotonic() - start
         return {"eval/return": ret, "eval/length": length, "eval/policy_version": version,
-                "time/eval_s": time.monotonic() - start}
+                "time/eval_s": self.last_eval_s}
 
     def checkpoint_path(self) -> str:
         return os.path.join(self.cfg.run_dir, "checkpoint.pt")
