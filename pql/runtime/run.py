@@ -209,7 +209,6 @@ class Monitor:
         self.start = time.monotonic()
         self.solved = False
         self.last_eval_version = -1  # the policy version evaluated last
-        self.last_eval_s = 0.0  # how long the last evaluation took
         counts = runner.counts()
         self.next_eval = counts["env_steps"] + cfg.runtime.eval_every
         self.next_checkpoint = counts["env_steps"] + cfg.runtime.checkpoint_every
@@ -261,7 +260,7 @@ class Monitor:
         The final evaluation follows the limit anyway: one started just before it only delays
         the end (on a GPU an evaluation takes 7-25 s, docs/gpu.md)."""
         limit = self.cfg.runtime.max_time_s
-        return limit is not None and self.elapsed() + self.last_eval_s > limit
+        return limit is not None and self.elapsed() + self.latest.get("time/eval_s", 0.0) > limit
 
     def _post(self, counts: dict, final: bool) -> None:
         now = time.monotonic()
@@ -283,9 +282,8 @@ class Monitor:
         target = self.cfg.runtime.stop_at_return
         if target is not None and ret >= target:
             self.solved = True
-        self.last_eval_s = time.monotonic() - start
         return {"eval/return": ret, "eval/length": length, "eval/policy_version": version,
-                "time/eval_s": self.last_eval_s}
+                "time/eval_s": time.monotonic() - start}
 
     def checkpoint_path(self) -> str:
         return os.path.join(self.cfg.run_dir, "checkpoint.pt")

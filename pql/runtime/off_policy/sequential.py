@@ -27,10 +27,10 @@ def interleave(actor, learners, monitor, ratios: RatioController) -> None:
         if _stuck(actor, learners):
             _settle(actor, learners)
             _run_learners(learners)
-        if _stuck(actor, learners):
-            a, v, p = ratios.progress()
-            raise RuntimeError(f"sequential schedule cannot advance (actor steps {a}, critic updates {v}, "
-                               f"policy updates {p})")
+            if _stuck(actor, learners):
+                a, v, p = ratios.progress()
+                raise RuntimeError(f"sequential schedule cannot advance (actor steps {a}, critic updates {v}, "
+                                   f"policy updates {p})")
         if steps % MONITOR_EVERY == 0:
             monitor.tick()
     _run_learners(learners)
