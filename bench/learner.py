@@ -1,7 +1,7 @@
 """How fast each PQL role runs alone, and all three together at the configured ratios.
 
     python bench/learner.py [--task Ant] [--device auto] [--batch-size 8192] [--num-envs N]
-                            [--seconds 10] [--together-seconds S] [--csv PATH]
+                            [--seconds 10] [--together-seconds S] [--csv PATH] [--greedy-nstep]
 
 Prints critic updates/s and policy updates/s at the given batch with the default networks, the
 actor's env steps/s, and the three roles running together (process mode, for --together-seconds:
@@ -9,8 +9,8 @@ default max(30, 3 × --seconds); 0 leaves that run out) with the measured ratios
 efficiency: together env steps/s over what the slowest role alone allows
 (min(actor alone, critic alone · num_envs / beta_av, policy alone · beta_pv · num_envs / beta_av)).
 --csv also writes each figure as a row (task, device, num_envs, batch_size, compile, quantity,
-value). The updates run as the learners run them: fused Adam, and CUDA graphs where
-runtime.compile is on (its default on CUDA).
+value). --greedy-nstep measures with algo.greedy_nstep=true. The updates run as the learners run
+them: fused Adam, and CUDA graphs where runtime.compile is on (its default on CUDA).
 
 Also home to the helpers the other bench scripts share (`timed`, `CsvRows`).
 """
@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pql.algos.common import SoftUpdate, adam  # noqa: E402
 from pql.config import apply_device_defaults, load_config  # noqa: E402
+from pql.replay.nstep import keeps_first_step, transition_spec  # noqa: E402
 from pql.runtime.device import use_device  # noqa: E402
 from pql.runtime.off_policy.learners import compile_update  # noqa: E402
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared  # noqa: E402
@@ -80,12 +81,19 @@ def timed(fn, device, seconds: float, warmup: int = 3) -> float:
     return calls / (time.perf_counter() - start)
 
 
-def random_batch(batch_size: int, obs_dim: int, act_dim: int, device) -> dict:
-    return {"obs": torch.randn(batch_size, obs_dim, device=device),
-            "action": torch.rand(batch_size, act_dim, device=device) * 2 - 1,
-            "reward": torch.randn(batch_size, device=device),
-            "next_obs": torch.randn(batch_size, obs_dim, device=device),
-            "discount": torch.full((batch_size,), 0.97, device=device)}
+def random_batch(batch_size: int, obs_dim: int, act_dim: int, device, first_step: bool = False) -> dict:
+    """Random values of the replay's fields (transition_spec; with first_step, algo.greedy_nstep's too)."""
+    batch = {"obs": torch.randn(batch_size, obs_dim, device=device),
+             "action": torch.rand(batch_size, act_dim, device=device) * 2 - 1,
+             "reward": torch.randn(batch_size, device=device),
+             "next_obs": torch.randn(batch_size, obs_dim, device=device),
+             "discount": torch.full((batch_size,), 0.97, device=device)}
+    if first_step:
+        batch.update({"reward1": torch.randn(batch_size, device=device),
+                      "next_obs1": torch.randn(batch_size, obs_dim, device=device),
+                      "discount1": torch.full((batch_size,), 0.99, device=device)})
+    assert set(batch) == set(transition_spec(obs_dim, act_dim, first_step))
+    return batch
 
 
 def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tuple[float, float]:
@@ -106,7 +114,7 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
     frozen_critic = copy.deepcopy(critic).requires_grad_(False)
     policy_loss = compile_update(lambda obs: algo.policy_loss(policy, frozen_critic, obs), cfg.runtime.compile,
                                  device)
-    batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device)
+    batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device, keeps_first_step(cfg.algo))
     weights = torch.ones(cfg.algo.batch_size, device=device)
 
     def critic_update():
@@ -183,13 +191,15 @@ def main() -> None:
     parser.add_argument("--together-seconds", type=float, default=None,
                         help="length of the together run (default max(30, 3 × --seconds); 0: no together run)")
     parser.add_argument("--csv", default=None, help="also write the figures to this CSV file")
+    parser.add_argument("--greedy-nstep", action="store_true", help="with algo.greedy_nstep=true")
     args = parser.parse_args()
     if args.together_seconds is not None and args.together_seconds < 0:
         parser.error(f"--together-seconds {args.together_seconds} is negative; give 0 (no together run) or more")
 
     import tasks
 
-    raw = {"task": {"name": args.task, "num_envs": args.num_envs}, "algo": {"name": "pql", "batch_size": args.batch_size},
+    raw = {"task": {"name": args.task, "num_envs": args.num_envs},
+           "algo": {"name": "pql", "batch_size": args.batch_size, "greedy_nstep": args.greedy_nstep},
            "runtime": {"device": args.device}, "run_dir": tempfile.gettempdir()}
     cfg = load_config(raw)
     device = use_device(apply_device_defaults(cfg))  # TF32 on CUDA, as in every process of a run
@@ -213,7 +223,7 @@ def main() -> None:
     record("bound_env_steps_per_s", bound)
 
     print(f"\n{args.task}, device {device}, num_envs {n}, batch {args.batch_size}, β_a:v 1:{bav}, β_p:v 1:{bpv}, "
-          f"runtime.compile={str(cfg.runtime.compile).lower()}, "
+          f"runtime.compile={str(cfg.runtime.compile).lower()}, algo.greedy_nstep={str(args.greedy_nstep).lower()}, "
           f"torch threads {threads} (alone) / shared by 3 roles (together)")
     print(f"{'':28}{'env steps/s':>14}{'critic upd/s':>14}{'policy upd/s':>14}")
     print(f"{'critic alone':28}{'':>14}{critic:>14.1f}{'':>14}")
@@ -223,7 +233,7 @@ def main() -> None:
     seconds = max(30.0, 3 * args.seconds) if args.together_seconds is None else args.together_seconds
     if seconds > 0:
         overrides = [f"task={args.task}", f"task.num_envs={n}", f"algo.batch_size={args.batch_size}",
-                     f"runtime.device={cfg.runtime.device}"]
+                     f"runtime.device={cfg.runtime.device}", f"algo.greedy_nstep={str(args.greedy_nstep).lower()}"]
         run = together(overrides, seconds)
         for quantity, key in (("together_env_steps_per_s", "perf/env_steps_per_s"),
                               ("together_critic_updates_per_s", "updates_per_s/v_learner"),

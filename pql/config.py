@@ -160,6 +160,10 @@ class OffPolicyConfig:
     name: str = _algo_name()
     gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
     nstep: int = _opt(3, "an integer >= 1", _at_least_one, doc="n of the n-step returns")
+    greedy_nstep: bool = _opt(False, "true or false",
+                              doc="the critic's target is the larger of the n-step and the one-step target "
+                                  "(Wang et al., 2021); the replay then keeps each transition's first step too "
+                                  "(no effect with algo.nstep=1)")
     tau: float = _opt(0.05, "a number in (0, 1]", _discount, doc="soft-update rate of the target critic")
     batch_size: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(8192, 128),
                                      doc="transitions sampled per update")

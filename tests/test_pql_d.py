@@ -111,6 +111,24 @@ def test_target_is_projected_distribution_of_head_with_smaller_mean():
     assert picked_head[1] > 0 and picked_head[2] > 0  # the test exercises both branches
 
 
+def test_greedy_target_picks_the_distribution_with_the_larger_mean():
+    """algo.greedy_nstep: per sample, the n-step or the one-step target distribution, whichever
+    has the larger mean."""
+    torch.manual_seed(3)
+    algo = make_algo(target_noise=0.0)
+    policy, critic = algo.make_policy(), algo.make_critic()
+    g = torch.Generator().manual_seed(4)
+    n_step, one_step = random_batch(48, g), random_batch(48, g)
+    batch = {**n_step, "reward1": one_step["reward"], "next_obs1": one_step["next_obs"],
+             "discount1": one_step["discount"]}
+    got = algo.td_target(batch, critic, policy)
+    want_n, want_1 = algo.td_target(n_step, critic, policy), algo.td_target(one_step, critic, policy)
+    support = torch.linspace(-5.0, 5.0, 21)
+    larger_n = (want_n @ support >= want_1 @ support).unsqueeze(-1)
+    assert torch.allclose(got, torch.where(larger_n, want_n, want_1), atol=1e-6)
+    assert 0 < int(larger_n.sum()) < 48  # both branches are exercised
+
+
 def test_critic_loss_is_weighted_cross_entropy_of_both_heads():
     torch.manual_seed(2)
     algo = make_algo()

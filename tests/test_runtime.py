@@ -239,6 +239,34 @@ def test_actor_priorities_reach_the_replay(make_config):
     assert filled.unique().numel() > filled.numel() // 2
 
 
+def test_greedy_nstep_first_steps_reach_the_critic_update(make_config):
+    """algo.greedy_nstep: the first step of each fold travels through the ring into the replay,
+    is normalised like the other observations, and the V-learner's update uses it."""
+    cfg = make_config(SMALL + ["runtime.mode=sequential", "algo.greedy_nstep=true", "replay.capacity=4096"])
+    from pql.config import apply_device_defaults
+
+    device = apply_device_defaults(cfg)
+    algo = make_rules(cfg, 4, 1)
+    shared = make_shared(cfg, algo, 4, 1)
+    roles = {name: build_role(name, cfg, shared, algo, device, make_ratios(cfg, shared), 4, 1, fresh_start=True)
+             for name in ("actor", "v_learner")}
+    for _ in range(shared.ring_slots + cfg.algo.nstep):
+        roles["actor"].step()
+    v_learner = roles["v_learner"]
+    v_learner.ingest()
+    stored = v_learner.replay.storage
+    size = len(v_learner.replay)
+    assert size > 0 and {"reward1", "next_obs1", "discount1"} <= set(stored)
+    # InvertedPendulum ends only by termination or at 1,000 steps: γ_1 is γ, or 0 where the pole fell.
+    gamma1 = stored["discount1"][:size]
+    assert torch.all((gamma1 == 0) | torch.isclose(gamma1, torch.tensor(cfg.algo.gamma)))
+    assert not torch.equal(stored["next_obs1"][:size], stored["next_obs"][:size])
+    batch, indices, _ = v_learner._sample(32)
+    assert torch.allclose(batch["next_obs1"], v_learner.normalizer(stored["next_obs1"][indices]))
+    v_learner.step()
+    assert v_learner.updates == 1
+
+
 def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
     """test=true evaluates the checkpoint's policy with its observation statistics: the same
     numbers as evaluating them by hand on envs seeded as the run's evaluation envs."""

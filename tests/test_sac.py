@@ -53,6 +53,34 @@ def test_soft_nstep_target_matches_reference():
             assert abs(float(got[b]) - want) < 1e-4, (b, float(got[b]), want)
 
 
+def test_greedy_soft_target_is_the_larger_of_the_two():
+    """algo.greedy_nstep: the larger of the soft n-step and one-step targets, each bootstrap action
+    sampled once (the n-step states' noise first, then the one-step states')."""
+    torch.manual_seed(1)
+    algo = make_algo(init_alpha=0.3)
+    policy, critic = algo.make_policy(), algo.make_critic()
+    batch = {"next_obs": torch.randn(24, OBS_DIM), "reward": torch.randn(24), "discount": torch.rand(24),
+             "next_obs1": torch.randn(24, OBS_DIM), "reward1": torch.randn(24), "discount1": torch.rand(24)}
+    torch.manual_seed(7)
+    got = algo.td_target(batch, critic, policy)
+    torch.manual_seed(7)
+    eps = torch.randn(48, ACT_DIM)
+    picked_one_step = 0
+    with torch.no_grad():
+        def soft_value(s, e):
+            a, log_prob = reference_sample(policy, s, e)
+            x = torch.cat([s, a]).unsqueeze(0)
+            return min(float(critic.q1(x)), float(critic.q2(x))) - 0.3 * log_prob
+
+        for b in range(24):
+            n_step = float(batch["reward"][b]) + float(batch["discount"][b]) * soft_value(batch["next_obs"][b], eps[b])
+            one_step = (float(batch["reward1"][b])
+                        + float(batch["discount1"][b]) * soft_value(batch["next_obs1"][b], eps[24 + b]))
+            assert abs(float(got[b]) - max(n_step, one_step)) < 1e-4, (b, float(got[b]), n_step, one_step)
+            picked_one_step += one_step > n_step
+    assert 0 < picked_one_step < 24
+
+
 def test_policy_and_temperature_losses_match_reference():
     torch.manual_seed(1)
     algo = make_algo(init_alpha=0.2)

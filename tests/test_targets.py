@@ -1,5 +1,5 @@
-"""n-step folding, clipped double-Q targets with smoothing and the soft update, each against a
-slow reference written here from the definitions."""
+"""n-step folding, clipped double-Q targets with smoothing, the greedy n-step target and the soft
+update, each against a slow reference written here from the definitions."""
 import copy
 
 import pytest
@@ -50,6 +50,32 @@ def test_nstep_window_matches_reference():
             assert torch.equal(out["obs"][i], obs[start, i]) and torch.equal(out["action"][i], actions[start, i])
 
 
+def test_nstep_window_carries_the_first_step_of_each_fold():
+    """With first_step, a fold also carries r_0, s_1 (final_obs where the episode ended there) and
+    γ, or 0 after a termination at its first step, next to the n-step fields."""
+    torch.manual_seed(4)
+    steps, envs, n, gamma = 30, 5, 3, 0.9
+    rewards = torch.randn(steps, envs)
+    terms = torch.rand(steps, envs) < 0.2
+    truncs = (torch.rand(steps, envs) < 0.2) & ~terms
+    boots = torch.randn(steps, envs, 4)
+    window = NStepWindow(n, gamma, first_step=True)
+    ended_first = 0
+    for t in range(steps):
+        out = window.push(torch.zeros(envs, 4), torch.zeros(envs, 2), rewards[t], terms[t], truncs[t], boots[t])
+        if out is None:
+            continue
+        start = t - n + 1
+        for i in range(envs):
+            ret, disc, boot = reference_fold(rewards, terms, truncs, boots, start, i, n, gamma)
+            assert out["reward"][i].item() == pytest.approx(ret, abs=1e-5) and torch.equal(out["next_obs"][i], boot)
+            assert out["reward1"][i].item() == rewards[start, i].item()
+            assert torch.equal(out["next_obs1"][i], boots[start, i])
+            assert out["discount1"][i].item() == pytest.approx(0.0 if terms[start, i] else gamma)
+            ended_first += bool(terms[start, i] or truncs[start, i])
+    assert ended_first > 0  # folds of one step, where both targets are the same, are covered
+
+
 def test_nstep_window_sequence_priority_covers_the_folded_steps():
     """With priority_eta, a folded transition's priority is eta·max + (1−eta)·mean of the one-step
     |TD errors| of exactly the steps it folds (fewer than n where its episode ended)."""
@@ -92,6 +118,33 @@ def test_double_q_target_with_smoothing_matches_reference():
         q = min(float(critic.q1(x)), float(critic.q2(x)))
         want = float(batch["reward"][b]) + float(batch["discount"][b]) * q
         assert abs(float(got[b]) - want) < 1e-5
+
+
+def test_greedy_target_is_the_larger_of_the_n_step_and_one_step_targets():
+    """algo.greedy_nstep: y = max(R⁽ⁿ⁾ + γ_b·V'(s'), r_0 + γ_1·V'(s_1)), V'(s) = min_j Q'_j(s, π(s))
+    (no smoothing noise here, so the reference is exact)."""
+    torch.manual_seed(5)
+    algo = PQL(PQLConfig(target_noise=0.0), obs_dim=5, act_dim=3)
+    policy, critic = DeterministicActor(5, 3, (16,), activation="relu"), DoubleQ(5, 3, (16,), activation="relu")
+    batch = {"next_obs": torch.randn(64, 5), "reward": torch.randn(64), "discount": torch.rand(64),
+             "next_obs1": torch.randn(64, 5), "reward1": torch.randn(64), "discount1": torch.rand(64)}
+    batch["discount"][:4] = 0.0
+    got = algo.td_target(batch, critic, policy)
+
+    def value(s):
+        x = torch.cat([s, policy(s.unsqueeze(0))[0]]).unsqueeze(0)
+        return min(float(critic.q1(x)), float(critic.q2(x)))
+
+    picked_one_step = 0
+    with torch.no_grad():
+        for b in range(64):
+            n_step = float(batch["reward"][b]) + float(batch["discount"][b]) * value(batch["next_obs"][b])
+            one_step = float(batch["reward1"][b]) + float(batch["discount1"][b]) * value(batch["next_obs1"][b])
+            assert float(got[b]) == pytest.approx(max(n_step, one_step), abs=1e-5)
+            picked_one_step += one_step > n_step
+    assert 0 < picked_one_step < 64  # both branches are exercised
+    plain = {k: batch[k] for k in ("next_obs", "reward", "discount")}
+    assert torch.all(got >= algo.td_target(plain, critic, policy) - 1e-6)
 
 
 def test_soft_update_matches_polyak_formula():

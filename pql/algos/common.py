@@ -48,3 +48,17 @@ def smoothed_target_action(policy: nn.Module, next_obs: torch.Tensor, noise: flo
     action = policy(next_obs)
     eps = (torch.randn_like(action) * noise).clamp(-noise_clip, noise_clip)
     return (action + eps).clamp(-1.0, 1.0)
+
+
+def greedy_target(batch: dict, bootstrap) -> torch.Tensor:
+    """The n-step target R⁽ⁿ⁾ + γ_b·V'(s'); where the batch carries its first steps (algo.greedy_nstep),
+    the larger of it and the one-step target r_0 + γ_1·V'(s_1) (Wang et al., 2021, "Greedy
+    Multi-step Off-Policy RL"). With the optimal value at their ends both are lower bounds of Q*
+    under any behaviour, so the larger is the tighter: the n-step return is kept where the
+    behaviour did better than the critic expects, and dropped where the noise of the behaviour's
+    later actions cost more. bootstrap: states [M, obs_dim] -> V'(s) [M], called once on both sets.
+    -> [B]."""
+    if "next_obs1" not in batch:
+        return batch["reward"] + batch["discount"] * bootstrap(batch["next_obs"])
+    value_n, value_1 = bootstrap(torch.cat([batch["next_obs"], batch["next_obs1"]])).chunk(2)
+    return torch.maximum(batch["reward"] + batch["discount"] * value_n, batch["reward1"] + batch["discount1"] * value_1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pql.algos.common import smoothed_target_action
+from pql.algos.common import greedy_target, smoothed_target_action
 from pql.algos.exploration import noise_stds
 from pql.nets import DeterministicActor, DoubleQ
 
@@ -41,10 +41,12 @@ class PQL:
 
     @torch.no_grad()
     def td_target(self, batch: dict, target_critic: nn.Module, policy: nn.Module) -> torch.Tensor:
-        """y = R⁽ⁿ⁾ + γ_b · min_j Q'_j(s', ã'), with γ_b = γ^m (0 after a termination). -> [B]."""
-        next_action = smoothed_target_action(policy, batch["next_obs"], self.cfg.target_noise, self.cfg.target_noise_clip)
-        q1, q2 = target_critic(batch["next_obs"], next_action)
-        return batch["reward"] + batch["discount"] * torch.min(q1, q2).squeeze(-1)
+        """y = R⁽ⁿ⁾ + γ_b · min_j Q'_j(s', ã'), with γ_b = γ^m (0 after a termination); the larger of
+        it and the one-step target where the batch carries first steps (greedy_target). -> [B]."""
+        def bootstrap(next_obs):
+            next_action = smoothed_target_action(policy, next_obs, self.cfg.target_noise, self.cfg.target_noise_clip)
+            return torch.min(*target_critic(next_obs, next_action)).squeeze(-1)
+        return greedy_target(batch, bootstrap)
 
     def critic_loss(self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module,
                     batch: dict, weights: torch.Tensor):

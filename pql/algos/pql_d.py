@@ -55,13 +55,26 @@ class PQLD(PQL):
     @torch.no_grad()
     def td_target(self, batch: dict, target_critic: nn.Module, policy: nn.Module) -> torch.Tensor:
         """Φ T̂Z' for the target head with the smaller mean, per sample (clipped double Q on
-        distributions: the element-wise minimum of two distributions is not a distribution).
+        distributions: the element-wise minimum of two distributions is not a distribution). Where
+        the batch carries first steps (algo.greedy_nstep), per sample the one of the n-step and the
+        one-step target distributions with the larger mean (greedy_target's rule on means).
         -> target distribution [B, num_atoms]."""
-        next_action = smoothed_target_action(policy, batch["next_obs"], self.cfg.target_noise, self.cfg.target_noise_clip)
-        logits1, logits2 = target_critic(batch["next_obs"], next_action)
+        if "next_obs1" not in batch:
+            return self._projected(batch["reward"], batch["discount"], batch["next_obs"], target_critic, policy)
+        both = self._projected(torch.cat([batch["reward"], batch["reward1"]]),
+                               torch.cat([batch["discount"], batch["discount1"]]),
+                               torch.cat([batch["next_obs"], batch["next_obs1"]]), target_critic, policy)
+        n_step, one_step = both.chunk(2)
+        support = self.support(both.device)
+        return torch.where((n_step @ support >= one_step @ support).unsqueeze(-1), n_step, one_step)
+
+    def _projected(self, reward, discount, next_obs, target_critic: nn.Module, policy: nn.Module) -> torch.Tensor:
+        """Φ(reward + discount·Z'(next_obs, ã)) of the head with the smaller mean. -> [B, num_atoms]."""
+        next_action = smoothed_target_action(policy, next_obs, self.cfg.target_noise, self.cfg.target_noise_clip)
+        logits1, logits2 = target_critic(next_obs, next_action)
         head1_smaller = (self.expected_q(logits1) <= self.expected_q(logits2)).unsqueeze(-1)
         probs = torch.where(head1_smaller, logits1, logits2).softmax(-1)
-        return categorical_projection(batch["reward"], batch["discount"], probs, self.cfg.v_min, self.cfg.v_max)
+        return categorical_projection(reward, discount, probs, self.cfg.v_min, self.cfg.v_max)
 
     def critic_loss(self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module,
                     batch: dict, weights: torch.Tensor):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from pql.algos.common import greedy_target
 from pql.algos.pql import PQL
 from pql.nets import SquashedGaussianActor
 
@@ -37,13 +38,14 @@ class SAC(PQL):
     @torch.no_grad()
     def td_target(self, batch: dict, target_critic: nn.Module, policy: nn.Module) -> torch.Tensor:
         """Soft n-step target y = R⁽ⁿ⁾ + γ_b · (min_j Q'_j(s', a') − α log π(a'|s')), a' ~ π(·|s'),
-        with γ_b = γ^m (0 after a termination) and α from the synced policy copy. -> [B].
+        with γ_b = γ^m (0 after a termination) and α from the synced policy copy; the larger of it and
+        the one-step soft target where the batch carries first steps (greedy_target). -> [B].
         The entropy bonus enters at the bootstrap state only: the intermediate actions of the
         n-step return were taken by the (older) behaviour policy."""
-        next_action, next_log_prob = policy.sample(batch["next_obs"])
-        q1, q2 = target_critic(batch["next_obs"], next_action)
-        soft_value = torch.min(q1, q2).squeeze(-1) - policy.log_alpha.exp() * next_log_prob
-        return batch["reward"] + batch["discount"] * soft_value
+        def soft_value(next_obs):
+            next_action, next_log_prob = policy.sample(next_obs)
+            return torch.min(*target_critic(next_obs, next_action)).squeeze(-1) - policy.log_alpha.exp() * next_log_prob
+        return greedy_target(batch, soft_value)
 
     def policy_loss(self, policy: nn.Module, critic: nn.Module, obs: torch.Tensor):
         """J_π = E[α log π(a|s) − min_j Q_j(s, a)], a ~ π(·|s) reparameterised (SAC Eq. 12), plus the

@@ -26,8 +26,10 @@ def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str
     ax_steps.set_xlabel("env steps")
     ax_steps.set_ylabel(key)
     ax_time.set_xlabel(f"wall time ({unit})")
-    if any(label is not None for label, _ in curves):
-        ax_time.legend(fontsize="small")
+    labelled = sum(label is not None for label, _ in curves)
+    if labelled:
+        # Below both panels: inside one, a legend of several runs hid the curves it names.
+        fig.legend(handles=ax_time.get_lines(), loc="outside lower center", ncols=min(3, labelled), fontsize="small")
     if title:
         # A sweep's shared overrides can run wider than the figure: wrapped, not cut off.
         fig.suptitle(textwrap.fill(title, width=130), fontsize="medium")
@@ -41,7 +43,9 @@ def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np
     Returns the figure it saved."""
     cols = min(4, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig = Figure(figsize=(3.6 * cols, 2.9 * rows), layout="constrained")
+    # Each panel's legend sits below it, one line per labelled run.
+    legend_lines = max(sum(label is not None for label, _ in curves) for _, curves in panels)
+    fig = Figure(figsize=(3.6 * cols, (2.9 + 0.17 * legend_lines) * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     if x_key == "wall_time_s":
         unit, scale = _time_unit([c for _, curves in panels for c in curves])
@@ -54,7 +58,8 @@ def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np
         if x_key == "env_steps":
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k: narrow panels have no room for 200000
         if any(label is not None for label, _ in curves):
-            ax.legend(fontsize="x-small")
+            # Below the panel: inside it, a legend of several runs hid the curves it names.
+            ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.15))
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     fig.supxlabel(x_label, fontsize="medium")

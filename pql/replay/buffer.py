@@ -28,7 +28,8 @@ class ReplayBuffer:
 
     spec: {field: (shape, dtype)}; every stored field has shape [capacity, *shape].
     Memory per transition is the sum of the fields' sizes; for PQL's transition
-    (obs, action, reward, next_obs, discount) that is 4·(2·obs_dim + act_dim + 2) bytes.
+    (obs, action, reward, next_obs, discount) that is 4·(2·obs_dim + act_dim + 2) bytes, and
+    4·(obs_dim + 2) more with algo.greedy_nstep's first step.
     """
 
     def __init__(self, capacity: int, spec: dict, device, sampler=None,

@@ -8,7 +8,7 @@ import torch
 
 from pql.envs import build_env, to_env_action
 from pql.nets import ObsNormalizer
-from pql.replay.nstep import NStepWindow
+from pql.replay.nstep import NStepWindow, keeps_first_step
 from pql.runtime.control import RatioController
 from pql.runtime.device import InFlight
 from pql.runtime.distributed import FINISH_CHECK_EVERY, ReplicaGroup
@@ -35,7 +35,8 @@ class Actor:
         self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
         self.noise_std = algo.exploration_noise(self.env.num_envs, device)
         self.window = NStepWindow(cfg.algo.nstep, cfg.algo.gamma,
-                                  cfg.replay.priority_eta if cfg.replay.actor_priorities else None)
+                                  cfg.replay.priority_eta if cfg.replay.actor_priorities else None,
+                                  keeps_first_step(cfg.algo))
         # Ape-X: with replay.actor_priorities the actor keeps a critic copy to prioritise its data.
         self.critic = algo.make_critic().to(device).requires_grad_(False) if cfg.replay.actor_priorities else None
         self.critic_reader = None if self.critic is None else WeightsReader(shared.weights["critic"], self.critic)

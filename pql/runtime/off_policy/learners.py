@@ -12,7 +12,7 @@ import torch
 from pql.algos.common import Checkpointable, SoftUpdate, adam
 from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer
-from pql.replay.nstep import transition_spec
+from pql.replay.nstep import keeps_first_step, transition_spec
 from pql.runtime.control import RatioController
 from pql.runtime.device import InFlight, host_values
 from pql.runtime.distributed import ReplicaGroup
@@ -97,7 +97,7 @@ class _Learner(Checkpointable):
     def _sample(self, batch_size: int):
         self.normalizer_reader.pull()
         batch, indices, weights = self.replay.sample(batch_size)
-        for k in ("obs", "next_obs"):
+        for k in ("obs", "next_obs", "next_obs1"):
             if k in batch:
                 batch[k] = self.normalizer(batch[k])
         return batch, indices, weights
@@ -133,7 +133,6 @@ class _Learner(Checkpointable):
 class VLearner(_Learner):
     name = "v_learner"
     consumed_slot, counts = "consumed_v", "critic_updates"
-    fields = ("obs", "action", "reward", "next_obs", "discount")
     publishes = ("critic",)
     # Not the sampler's priorities: the replay's contents are not saved, so they would be of nothing.
     state_attrs = ("critic", "target_critic", "optim")
@@ -141,8 +140,9 @@ class VLearner(_Learner):
     def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int,
                  group: ReplicaGroup):
         sampler = make_sampler(cfg.replay, cfg.replay.capacity, device)
-        super().__init__(cfg, shared, algo, device, ratios, obs_dim, transition_spec(obs_dim, act_dim), sampler, 2,
-                         group)
+        spec = transition_spec(obs_dim, act_dim, keeps_first_step(cfg.algo))
+        self.fields = tuple(spec)
+        super().__init__(cfg, shared, algo, device, ratios, obs_dim, spec, sampler, 2, group)
         self.staged_priorities = cfg.replay.actor_priorities
         self.publish_every = cfg.runtime.critic_publish_every
         self.critic = algo.make_critic().to(device)

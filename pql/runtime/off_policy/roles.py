@@ -9,7 +9,7 @@ import torch
 
 from pql.config import ALGORITHMS
 from pql.nets import ObsNormalizer
-from pql.replay.nstep import staging_spec
+from pql.replay.nstep import keeps_first_step, staging_spec
 from pql.runtime.control import LearnerStats, RatioController, RatioCounters
 from pql.runtime.device import use_device
 from pql.runtime.distributed import Replicas, role_group
@@ -44,7 +44,7 @@ def make_shared(cfg, algo, obs_dim: int, act_dim: int, ctx=None) -> SharedState:
                "policy": SharedWeights(algo.make_policy(), p_learner)}
     if delivered_policy(cfg) == DELIVERED:
         weights[DELIVERED] = SharedWeights(algo.make_policy(), p_learner)
-    return make_shared_state(RatioCounters(), LearnerStats(), staging_spec(obs_dim, act_dim),
+    return make_shared_state(RatioCounters(), LearnerStats(), staging_spec(obs_dim, act_dim, keeps_first_step(cfg.algo)),
                              (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), actor, weights,
                              ROLE_NAMES, ctx)
 
