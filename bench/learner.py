@@ -82,17 +82,11 @@ def timed(fn, device, seconds: float, warmup: int = 3) -> float:
 
 
 def random_batch(batch_size: int, obs_dim: int, act_dim: int, device, first_step: bool = False) -> dict:
-    """Random values of the replay's fields (transition_spec; with first_step, algo.greedy_nstep's too)."""
-    batch = {"obs": torch.randn(batch_size, obs_dim, device=device),
-             "action": torch.rand(batch_size, act_dim, device=device) * 2 - 1,
-             "reward": torch.randn(batch_size, device=device),
-             "next_obs": torch.randn(batch_size, obs_dim, device=device),
-             "discount": torch.full((batch_size,), 0.97, device=device)}
-    if first_step:
-        batch.update({"reward1": torch.randn(batch_size, device=device),
-                      "next_obs1": torch.randn(batch_size, obs_dim, device=device),
-                      "discount1": torch.full((batch_size,), 0.99, device=device)})
-    assert set(batch) == set(transition_spec(obs_dim, act_dim, first_step))
+    """Random values of every field the replay holds (transition_spec): actions and discounts
+    within [0, 1) (actions in [-1, 1) after the shift), the rest standard normal."""
+    batch = {k: (torch.rand if k.startswith(("action", "discount")) else torch.randn)(batch_size, *shape, device=device)
+             for k, (shape, _) in transition_spec(obs_dim, act_dim, first_step).items()}
+    batch["action"] = batch["action"] * 2 - 1
     return batch
 
 

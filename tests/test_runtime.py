@@ -218,11 +218,9 @@ def test_warmup_can_be_zero(make_config, tmp_path):
     assert beta_av == pytest.approx(cfg.algo.beta_av, rel=0.1)
 
 
-def test_actor_priorities_reach_the_replay(make_config):
-    """replay.actor_priorities: new items enter at the priorities the actor computed, so the
-    tree's leaves differ from one another (at the max priority they would start out equal)."""
-    cfg = make_config(SMALL + ["runtime.mode=sequential", "replay.kind=prioritized", "replay.actor_priorities=true",
-                               "replay.capacity=4096", "algo.nstep=1"])
+def actor_and_v_learner(cfg):
+    """The shared state and the actor and V-learner of InvertedPendulum (obs 4, action 1), in this
+    process, to step by hand."""
     from pql.config import apply_device_defaults
 
     device = apply_device_defaults(cfg)
@@ -230,6 +228,15 @@ def test_actor_priorities_reach_the_replay(make_config):
     shared = make_shared(cfg, algo, 4, 1)
     roles = {name: build_role(name, cfg, shared, algo, device, make_ratios(cfg, shared), 4, 1, fresh_start=True)
              for name in ("actor", "v_learner")}
+    return shared, roles
+
+
+def test_actor_priorities_reach_the_replay(make_config):
+    """replay.actor_priorities: new items enter at the priorities the actor computed, so the
+    tree's leaves differ from one another (at the max priority they would start out equal)."""
+    cfg = make_config(SMALL + ["runtime.mode=sequential", "replay.kind=prioritized", "replay.actor_priorities=true",
+                               "replay.capacity=4096", "algo.nstep=1"])
+    shared, roles = actor_and_v_learner(cfg)
     for _ in range(shared.ring_slots):
         roles["actor"].step()
     roles["v_learner"].ingest()
@@ -243,13 +250,7 @@ def test_greedy_nstep_first_steps_reach_the_critic_update(make_config):
     """algo.greedy_nstep: the first step of each fold travels through the ring into the replay,
     is normalised like the other observations, and the V-learner's update uses it."""
     cfg = make_config(SMALL + ["runtime.mode=sequential", "algo.greedy_nstep=true", "replay.capacity=4096"])
-    from pql.config import apply_device_defaults
-
-    device = apply_device_defaults(cfg)
-    algo = make_rules(cfg, 4, 1)
-    shared = make_shared(cfg, algo, 4, 1)
-    roles = {name: build_role(name, cfg, shared, algo, device, make_ratios(cfg, shared), 4, 1, fresh_start=True)
-             for name in ("actor", "v_learner")}
+    shared, roles = actor_and_v_learner(cfg)
     for _ in range(shared.ring_slots + cfg.algo.nstep):
         roles["actor"].step()
     v_learner = roles["v_learner"]

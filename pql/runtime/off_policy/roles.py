@@ -44,7 +44,8 @@ def make_shared(cfg, algo, obs_dim: int, act_dim: int, ctx=None) -> SharedState:
                "policy": SharedWeights(algo.make_policy(), p_learner)}
     if delivered_policy(cfg) == DELIVERED:
         weights[DELIVERED] = SharedWeights(algo.make_policy(), p_learner)
-    return make_shared_state(RatioCounters(), LearnerStats(), staging_spec(obs_dim, act_dim, keeps_first_step(cfg.algo)),
+    staging = staging_spec(obs_dim, act_dim, keeps_first_step(cfg.algo))
+    return make_shared_state(RatioCounters(), LearnerStats(), staging,
                              (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), actor, weights,
                              ROLE_NAMES, ctx)
 
