@@ -81,13 +81,15 @@ def forward_distance_and_return(env, act) -> tuple[float, float]:
 
 
 # Ant with the CPU defaults (what README's command trains), in sequential mode and on an env-step
-# budget rather than a wall-time one (about 4 minutes on this project's 2-core VM). Two runs of
-# the same code on that VM ended at 1,665 and 1,276 (walking 73.7 m and 75.4 m): with the CPU
-# defaults the run is not bit-for-bit repeatable, and Ant's evaluations swing by hundreds. An Ant
-# that stands still scores about 1,000 (one per step alive, no torque spent) and goes nowhere;
-# the untrained policy stands, the first updates make it fall, and PQL learns back from its own
-# data. So the test asks that the final policy beats standing still, and that it walks: its
-# torso travels at least ANT_MIN_DISTANCE along +x in an episode.
+# budget rather than a wall-time one (about 5 minutes on this project's 2-core VM; the time cap is
+# raised so that a slower machine runs the same steps, not fewer). On that VM two runs of the same
+# code end bit-for-bit the same (1,560, every evaluation and checkpointed tensor equal), but Ant's
+# evaluations swing by hundreds from one code change to the next (1,665 and 1,276 on the code of
+# 2026-11-24, walking 73.7 m and 75.4 m). An Ant that stands still scores about 1,000 (one per
+# step alive, no torque spent) and goes nowhere; the untrained policy stands, the first updates
+# make it fall, and PQL learns back from its own data. So the test asks that the final policy
+# beats standing still, and that it walks: its torso travels at least ANT_MIN_DISTANCE along +x
+# in an episode.
 ANT_ENV_STEPS = 200_000
 ANT_MIN_DISTANCE = 30.0  # metres; standing still: ~0.1; it was 10 before the CPU defaults
 
@@ -95,10 +97,12 @@ ANT_MIN_DISTANCE = 30.0  # metres; standing still: ~0.1; it was 10 before the CP
 @pytest.mark.slow
 def test_ant_learns_to_walk(make_config, tmp_path):
     cfg = make_config(["task=Ant", "runtime.mode=sequential", f"runtime.max_env_steps={ANT_ENV_STEPS}",
-                       "runtime.eval_every=20000", "runtime.log_every_s=30", "runtime.checkpoint_every=1000000000"])
+                       "runtime.max_time_s=3600", "runtime.eval_every=20000", "runtime.log_every_s=30",
+                       "runtime.checkpoint_every=1000000000"])
     final = train(cfg)
     evals = read_metrics(str(tmp_path / METRICS_CSV))[EVAL_RETURN]
     state = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert state["counters"]["env_steps"] >= ANT_ENV_STEPS, state["counters"]
     env = build_env(cfg.task, cfg.task.eval_envs, "cpu", cfg.runtime.seed + EVAL_SEED_OFFSET)
     policy = make_rules(cfg, env.obs_dim, env.act_dim).make_policy()
     policy.load_state_dict(state["policy"])
