@@ -83,9 +83,8 @@ def forward_distance_and_return(env, act) -> tuple[float, float]:
 # Ant with the CPU defaults (what README's command trains), in sequential mode and on an env-step
 # budget rather than a wall-time one (about 5 minutes on this project's 2-core VM; the time cap is
 # raised so that a slower machine runs the same steps, not fewer). On that VM two runs of the
-# code of 2026-11-25 end bit-for-bit the same (1,560, every evaluation and checkpointed tensor
-# equal); two of 2026-11-24's ended at 1,665 and 1,276 (walking 73.7 m and 75.4 m), cause not
-# found, and a change of code or seed moves the final evaluation by hundreds. An Ant that stands
+# code of 2026-11-25 ended bit-for-bit the same, but a change of code or seed moves the final
+# evaluation by hundreds (README's table of learning tests has the figures). An Ant that stands
 # still scores about 1,000 (one per step alive, no torque spent) and goes nowhere; the untrained
 # policy stands, the first updates make it fall, and PQL learns back from its own data. So the
 # test asks that the final policy beats standing still, and that it walks: its torso travels at
