@@ -172,6 +172,14 @@ class OffPolicyConfig:
     beta_av: Optional[int] = _opt(None, "an integer >= 1 (critic updates per batched actor step, β_a:v = 1:beta_av)",
                                   _at_least_one, on_device=(8, 16))
     beta_pv: int = _opt(2, "an integer >= 1 (critic updates per policy update, β_p:v = 1:beta_pv)", _at_least_one)
+    # Early updates per sample settle HalfCheetah's posture: one-step and greedy targets roll it
+    # onto its back at 32 samples per env step and keep it upright at 128 (docs/tuning.md).
+    early_beta_av: Optional[int] = _opt(None, "null or an integer >= 1", _at_least_one,
+                                        doc="critic updates per batched actor step during the run's first "
+                                            "algo.early_steps actor steps; null: algo.beta_av throughout")
+    early_steps: int = _opt(0, "an integer >= 0", _non_negative,
+                            doc="batched actor steps at the start of a run (after the warm-up) that "
+                                "algo.early_beta_av applies to")
     warmup_steps: int = _opt(32, "an integer >= 0 (batched actor steps with uniform random actions before learning)",
                              _non_negative)
     # A per-update rate: τ = 0.001 lagged too far for the short InvertedDoublePendulum and
@@ -504,6 +512,12 @@ def _cross_checks(cfg: Config) -> None:
         raise ConfigError("replay.actor_priorities", True, "false, or true together with replay.kind=prioritized")
     if isinstance(algo, ImpalaConfig) and algo.c_bar > algo.rho_bar:
         raise ConfigError("algo.c_bar", algo.c_bar, f"a number <= algo.rho_bar ({algo.rho_bar}): IMPALA needs rho_bar >= c_bar")
+    if isinstance(cfg.algo, OffPolicyConfig) and (cfg.algo.early_beta_av is None) != (cfg.algo.early_steps == 0):
+        if cfg.algo.early_beta_av is None:
+            raise ConfigError("algo.early_steps", cfg.algo.early_steps, "0 without algo.early_beta_av (set it: the "
+                                                                        "critic updates per actor step meanwhile)")
+        raise ConfigError("algo.early_beta_av", cfg.algo.early_beta_av, "null with algo.early_steps=0 (set "
+                                                                        "algo.early_steps > 0: how long it applies)")
     if cfg.test and not cfg.checkpoint:
         raise ConfigError("test", True, "test=true together with checkpoint=PATH")
 

@@ -87,6 +87,16 @@ def test_bad_impala_truncation_levels():
         load_config(composed(["algo=impala", "algo.rho_bar=0.5", "algo.c_bar=1.0"]))
 
 
+@pytest.mark.parametrize("overrides, message", [
+    (["algo.early_steps=300"], "algo.early_steps=300 is not allowed; expected 0 without algo.early_beta_av"),
+    (["algo=sac", "algo.early_beta_av=64"], "algo.early_beta_av=64 is not allowed; expected null with algo.early_steps=0"),
+])
+def test_early_ratio_keys_come_together(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(composed(overrides))
+    assert load_config(composed(overrides[:-1] + ["algo.early_beta_av=64", "algo.early_steps=300"])).algo.early_steps == 300
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["algo.gamma=2"], "algo.gamma=2"),
     (["algo.gama=0.9"], "algo.gama"),

@@ -19,6 +19,7 @@ from pql.nets import ObsNormalizer
 from pql.runtime import device as device_module
 from pql.runtime import run as run_module
 from pql.runtime import train
+from pql.runtime.control import RatioController, RatioCounters
 from pql.runtime.run import EVAL_SEED_OFFSET
 from pql.runtime.shared import Wakeup
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
@@ -45,6 +46,49 @@ def test_process_mode_holds_the_configured_ratios(make_config):
     beta_av, beta_pv = measured_ratios(load_checkpoint(os.path.join(cfg.run_dir, "checkpoint.pt"))["counters"])
     assert abs(beta_av - 4) / 4 < 0.05, beta_av
     assert abs(beta_pv - 3) / 3 < 0.05, beta_pv
+
+
+def test_early_ratio_allows_its_updates_for_the_first_actor_steps_of_the_run():
+    counters = RatioCounters()
+    counters.start_launch(warmup_steps=0)
+    ratios = RatioController(counters, beta_av=4, beta_pv=1, max_lag=2, early_beta_av=16, early_steps=10)
+    counters.policy_updates = 10_000  # keep the policy out of the way
+
+    def may_update_to(actor_steps: int) -> int:
+        counters.actor_steps = actor_steps
+        counters.critic_updates = 0
+        while ratios.critic_may_update():
+            counters.critic_updates += 1
+        return counters.critic_updates
+
+    assert may_update_to(5) == 16 * 5
+    assert may_update_to(10) == 16 * 10
+    assert may_update_to(15) == 16 * 10 + 4 * 5
+    # The actor may run max_lag steps ahead of the critic, counted at the ratio in force.
+    counters.actor_steps, counters.critic_updates = 3, 16 * 2
+    assert ratios.actor_may_step() and not ratios.actor_may_step(in_flight=1)
+    counters.actor_steps, counters.critic_updates = 13, 16 * 10 + 4 * 2
+    assert ratios.actor_may_step() and not ratios.actor_may_step(in_flight=1)
+    # A resumed run does not repeat its start: a launch at actor step 6 has 4 early steps left.
+    counters.actor_steps, counters.critic_updates, counters.policy_updates = 6, 0, 0
+    counters.start_launch(warmup_steps=0)
+    counters.policy_updates = 10_000
+    assert may_update_to(6 + 8) == 16 * 4 + 4 * 4
+    # Without early_beta_av, early_steps changes nothing.
+    plain = RatioController(counters, beta_av=4, beta_pv=1, max_lag=2, early_beta_av=None, early_steps=10)
+    counters.actor_steps, counters.critic_updates = 6 + 8, 32
+    assert not plain.critic_may_update()
+
+
+def test_a_run_ends_at_the_early_and_the_plain_ratios_counts(make_config):
+    """Sequential mode catches the learners up exactly: the early steps' updates and the rest's."""
+    cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=800", "runtime.device=cpu",
+                               "algo.beta_av=2", "algo.early_beta_av=8", "algo.early_steps=20"])
+    train(cfg)
+    counters = load_checkpoint(os.path.join(cfg.run_dir, "checkpoint.pt"))["counters"]
+    counted = counters["actor_steps"] - 4  # SMALL's warm-up
+    assert counted > 20
+    assert counters["critic_updates"] == 8 * 20 + 2 * (counted - 20)
 
 
 def test_placement_on_a_machine_without_those_gpus_is_one_line(tmp_path):

@@ -8,7 +8,11 @@ launch (a after the warm-up). With β_a:v = 1:beta_av, β_p:v = 1:beta_pv and a 
 * the V-learner may update while  v < beta_av · a   and   v < beta_pv · p + beta_av · max_lag
 * the P-learner may update while  p < v / beta_pv
 
-so over a run v/a → beta_av and v/p → beta_pv, each off by at most the window. Once the actor
+so over a run v/a → beta_av and v/p → beta_pv, each off by at most the window. With an early
+ratio (algo.early_beta_av), the run's first early_steps actor steps each allow early_beta_av
+critic updates instead of beta_av: beta_av · a above becomes the sum over the launch's actor steps
+of the ratio at each one's place in the run (so a resumed run does not repeat its start), and
+the window's updates are those of the ratio in force. Once the actor
 has finished, the learners catch up: the run ends at v = beta_av · a and p = ⌊v / beta_pv⌋ exactly
 (`caught_up`), counts every replica of a data-parallel run reaches alike. These are predicates
 only: a role that may not run waits (pql/runtime/waiting.py) until one holds.
@@ -54,9 +58,12 @@ class LearnerStats(RunStats):
 class RatioController:
     """The predicates above over `counters`."""
 
-    def __init__(self, counters: RatioCounters, beta_av: int, beta_pv: int, max_lag: int):
+    def __init__(self, counters: RatioCounters, beta_av: int, beta_pv: int, max_lag: int,
+                 early_beta_av: int | None = None, early_steps: int = 0):
         self.counters = counters
         self.beta_av, self.beta_pv, self.max_lag = beta_av, beta_pv, max_lag
+        self.early_beta_av = beta_av if early_beta_av is None else early_beta_av
+        self.early_steps = early_steps if early_beta_av is not None else 0
 
     def progress(self) -> tuple[int, int, int]:
         """(a, v, p) since launch, a counted after the warm-up."""
@@ -64,14 +71,27 @@ class RatioController:
         return (c["actor_steps"] - c["launch_actor_steps"] - c["warmup_steps"],
                 c["critic_updates"] - c["launch_critic_updates"], c["policy_updates"] - c["launch_policy_updates"])
 
+    def critic_updates_for(self, a: int) -> int:
+        """The critic updates the launch's first a actor steps allow."""
+        if not self.early_steps:
+            return self.beta_av * a
+        start = self.counters.launch_actor_steps  # where this launch's steps lie in the run
+        early = max(0, min(start + a, self.early_steps) - min(start, self.early_steps))
+        return self.beta_av * a + (self.early_beta_av - self.beta_av) * early
+
+    def window(self, a: int) -> int:
+        """max_lag actor steps' worth of critic updates, at the ratio of actor step a."""
+        early = bool(self.early_steps) and self.counters.launch_actor_steps + a < self.early_steps
+        return self.max_lag * (self.early_beta_av if early else self.beta_av)
+
     def actor_may_step(self, in_flight: int = 0) -> bool:
         """in_flight: actor steps made but not counted yet (their ring writes have not landed)."""
         a, v, _ = self.progress()
-        return (a + in_flight) * self.beta_av < v + self.max_lag * self.beta_av
+        return self.critic_updates_for(a + in_flight) < v + self.window(a)
 
     def critic_may_update(self) -> bool:
         a, v, p = self.progress()
-        return v < self.beta_av * a and v < self.beta_pv * p + self.beta_av * self.max_lag
+        return v < self.critic_updates_for(a) and v < self.beta_pv * p + self.window(a)
 
     def policy_may_update(self) -> bool:
         _, v, p = self.progress()

@@ -56,7 +56,8 @@ def delivered_policy(cfg) -> str:
 
 
 def make_ratios(cfg, shared: SharedState) -> RatioController:
-    return RatioController(shared.counters, cfg.algo.beta_av, cfg.algo.beta_pv, cfg.runtime.max_lag)
+    return RatioController(shared.counters, cfg.algo.beta_av, cfg.algo.beta_pv, cfg.runtime.max_lag,
+                           cfg.algo.early_beta_av, cfg.algo.early_steps)
 
 
 def build_role(name: str, cfg, shared: SharedState, algo, device, ratios: RatioController, obs_dim: int, act_dim: int,
