@@ -7,10 +7,9 @@ A HalfCheetah policy can score about 2,000 by flipping over and scuttling on its
 optimum it rarely leaves (docs/tuning.md); the return curve alone does not tell it from a slow
 upright learner. This runs each checkpoint's deterministic policy (as evaluation does: the mean
 action clipped to the box; on CPU MuJoCo whatever backend trained it, or with --device cuda on
-MuJoCo Warp) for --episodes full
-1,000-step episodes, and prints per checkpoint the mean return and the mean root pitch (rooty,
-observation 1, radians) over the steps after --skip-steps, which leave out the first stride or
-the roll. Upright running keeps the pitch within a few tenths of 0 (or of 2π after a full turn);
+MuJoCo Warp) for --episodes full 1,000-step episodes, and prints per checkpoint the mean return
+and the mean root pitch (rooty, observation 1, radians) over the steps after --skip-steps, which
+leave out the first stride or the roll. Upright running keeps the pitch within a few tenths of 0 (or of 2π after a full turn);
 on its back it sits near ±π. The verdict is "on its back" when the mean cosine of the pitch is
 below 0. --csv writes one row per checkpoint (checkpoint, env_steps, return, pitch, cos_pitch,
 verdict).
@@ -107,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"--episodes {args.episodes}: an integer >= 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here (--device cpu runs CPU MuJoCo)")
     torch.set_num_threads(1)
     rows = []
     for path in map(checkpoint_path, args.paths):
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
               f" {row['verdict']}", flush=True)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, ["checkpoint", "env_steps", "return", "pitch", "cos_pitch", "verdict"], extrasaction="ignore")
+            writer = csv.DictWriter(f, ["checkpoint", "env_steps", "return", "pitch", "cos_pitch", "verdict"],
+                                    extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
     return 0

@@ -69,3 +69,10 @@ def test_other_tasks_and_missing_checkpoints_are_refused(tmp_path, make_config):
         posture.main([str(tmp_path / "ant.pt")])
     with pytest.raises(SystemExit, match="not a checkpoint file or a run directory"):
         posture.main([str(tmp_path / "nothing_here")])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error shown on a machine without CUDA")
+def test_cuda_without_a_gpu_is_one_line(capsys):
+    with pytest.raises(SystemExit):
+        posture.main(["some_run", "--device", "cuda"])
+    assert "--device cuda: no CUDA device is available here" in capsys.readouterr().err
