@@ -27,9 +27,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pql.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
-from pql.config import ALGORITHMS, load_config  # noqa: E402
+from pql.config import load_config  # noqa: E402
 from pql.envs import build_env, to_env_action  # noqa: E402
-from pql.nets.normalizer import ObsNormalizer  # noqa: E402
+from pql.runtime.run import checkpoint_policy  # noqa: E402
 
 TASK = "HalfCheetah"
 PITCH = 1                  # rooty in HalfCheetah's observation (qpos without the root's x, then qvel)
@@ -83,10 +83,7 @@ def probe(path: str, episodes: int, skip_steps: int, seed: int, device: str) -> 
     cfg = load_config(state["config"])
     env = build_env(dataclasses.replace(cfg.task, backend="mujoco" if device == "cpu" else "mjwarp"), episodes,
                     device, seed)
-    policy = ALGORITHMS[cfg.algo.name].load_runner().make_policy(cfg, env.obs_dim, env.act_dim).to(device)
-    policy.load_state_dict(state["policy"])
-    normalizer = ObsNormalizer(env.obs_dim).to(device)
-    normalizer.load_state_dict(state["normalizer"])
+    policy, normalizer = checkpoint_policy(cfg, state, env.obs_dim, env.act_dim, device)
     # As evaluation acts: the deterministic policy's action, clipped to the box.
     out = rollout(env, lambda obs: policy(normalizer(obs)).clamp(-1.0, 1.0), skip_steps)
     cos_pitch = float(out["cos_pitch"].mean())

@@ -143,7 +143,7 @@ def _train(cfg, replicas: Replicas) -> dict:
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim
     resume = load_resume(cfg, replicas.world)
     if cfg.test:
-        return evaluate_checkpoint(cfg, eval_env, runner_cls.make_policy(cfg, obs_dim, act_dim), resume, device)
+        return evaluate_checkpoint(cfg, eval_env, resume, device)
     runner = runner_cls(cfg, device, obs_dim, act_dim, resume)
     if resume is not None:
         set_rng_state(resume["rng"])  # after the networks are built: building them draws from it
@@ -185,12 +185,18 @@ def load_resume(cfg, replicas: int = 1) -> dict | None:
     return state
 
 
-def evaluate_checkpoint(cfg, eval_env, policy: nn.Module, state: dict, device) -> dict:
-    """test=true: evaluate the checkpoint's policy and print what it scored. -> the eval scalars."""
-    policy = policy.to(device)
+def checkpoint_policy(cfg, state: dict, obs_dim: int, act_dim: int, device) -> tuple[nn.Module, ObsNormalizer]:
+    """The policy a checkpoint delivers and its observation normaliser, on device."""
+    policy = ALGORITHMS[cfg.algo.name].load_runner().make_policy(cfg, obs_dim, act_dim).to(device)
     policy.load_state_dict(state["policy"])
-    normalizer = ObsNormalizer(eval_env.obs_dim).to(device)
+    normalizer = ObsNormalizer(obs_dim).to(device)
     normalizer.load_state_dict(state["normalizer"])
+    return policy, normalizer
+
+
+def evaluate_checkpoint(cfg, eval_env, state: dict, device) -> dict:
+    """test=true: evaluate the checkpoint's policy and print what it scored. -> the eval scalars."""
+    policy, normalizer = checkpoint_policy(cfg, state, eval_env.obs_dim, eval_env.act_dim, device)
     ret, length = evaluate(eval_env, policy, normalizer)
     print(f"pql: evaluated {cfg.checkpoint} on {cfg.task.eval_envs} {cfg.task.name} envs: "
           f"mean return {ret:.2f}, mean length {length:.1f}", flush=True)
