@@ -165,6 +165,11 @@ class OffPolicyConfig:
                                   "(Wang et al., 2021); the replay then keeps each transition's first step too "
                                   "(no effect with algo.nstep=1)")
     tau: float = _opt(0.05, "a number in (0, 1]", _discount, doc="soft-update rate of the target critic")
+    # PQL (Li et al., 2023) scales Ant's reward by 0.01; docs/tuning.md measures what it does here.
+    reward_scale: float = _opt(1.0, "a number > 0", _positive,
+                               doc="the actor multiplies each reward by it before the reward enters the replay, so "
+                                   "the critic learns scaled values, while every logged return is the env's own; "
+                                   "pql_d's support from task.value_min / value_max is scaled with it")
     batch_size: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(8192, 128),
                                      doc="transitions sampled per update")
     critic_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of the critic")
@@ -215,10 +220,10 @@ class PQLDConfig(PQLConfig):
     name: str = _algo_name("pql_d")
     num_atoms: int = _opt(101, "an integer >= 2", lambda v: v >= 2,
                           doc="atoms z_i = v_min + iΔz of the critic's fixed support")
-    v_min: Optional[float] = _opt(None, "a number < v_max, or null: task.value_min",
+    v_min: Optional[float] = _opt(None, "a number < v_max, or null: task.value_min × algo.reward_scale",
                                   doc="lowest atom; the support must cover the task's discounted returns, values "
                                       "outside are clipped onto it")
-    v_max: Optional[float] = _opt(None, "a number > v_min, or null: task.value_max", doc="highest atom")
+    v_max: Optional[float] = _opt(None, "a number > v_min, or null: task.value_max × algo.reward_scale", doc="highest atom")
 
 
 @dataclass
@@ -533,8 +538,8 @@ def load_config(raw: dict) -> Config:
     cfg = _build(Config, raw, "")
     cfg.algo = algo
     if isinstance(algo, PQLDConfig):
-        algo.v_min = cfg.task.value_min if algo.v_min is None else algo.v_min
-        algo.v_max = cfg.task.value_max if algo.v_max is None else algo.v_max
+        algo.v_min = cfg.task.value_min * algo.reward_scale if algo.v_min is None else algo.v_min
+        algo.v_max = cfg.task.value_max * algo.reward_scale if algo.v_max is None else algo.v_max
     _cross_checks(cfg)
     return cfg
 

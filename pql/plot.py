@@ -8,6 +8,9 @@ overrides they share become the title. A run without overrides is labelled by it
 Runs of more than one task (config.json's task.name) are drawn in one panel per task, each run
 labelled among its task's runs, against env steps or, with `--x wall_time`, against wall time
 (to compare runs that step at different speeds, e.g. pql and a peer at equal wall time).
+With `--mean-seeds`, runs whose overrides differ only in `runtime.seed` are drawn as one curve:
+the mean over the seeds with a band of ± its standard error, at the env steps of the run whose
+evaluations end first (the others interpolated there).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import numpy as np
 import yaml
 
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
-from pql.logging.curves import plot_curves, plot_task_panels
+from pql.logging.curves import SE, plot_curves, plot_task_panels
 from pql.logging.keys import CONFIG_JSON
 
 
@@ -67,15 +70,53 @@ def load_curves(runs: list[tuple[str, bool]], key: str) -> list[tuple[str, dict[
     return curves
 
 
-def labels_and_title(run_dirs: list[str]) -> tuple[list[str], str | None]:
-    """A label per run (the overrides that differ across runs) and a title (those they share)."""
+SEED = "runtime.seed"
+
+
+def mean_over_seeds(curves: list[tuple[str, dict]], key: str) -> list[tuple[list[str], dict[str, np.ndarray]]]:
+    """The runs that set `runtime.seed` grouped by task and by their other overrides, in order of
+    first appearance (any other run is a group of its own): (the group's run directories, metrics
+    of the group). A group's metrics hold, at the env steps of its run whose `key` values end
+    first, the mean of `key` over the runs (each interpolated there), its standard error as
+    `key + SE` (0 for a single run) and the mean wall time."""
+    groups: dict[tuple, list[tuple[str, dict]]] = {}
+    for run_dir, metrics in curves:
+        overrides = _read_overrides(run_dir)
+        setting = (task_of(run_dir), tuple(sorted(v for k, v in overrides.items() if k != SEED)))
+        groups.setdefault(setting if SEED in overrides else (run_dir,), []).append((run_dir, metrics))
+    merged = []
+    for runs in groups.values():
+        points = [_points(m, key) for _, m in runs]
+        steps = min((p[0] for p in points), key=lambda x: x[-1])
+        values = np.stack([np.interp(steps, x, y) for x, y, _ in points])
+        wall = np.stack([np.interp(steps, x, w) for x, _, w in points]).mean(axis=0)
+        se = values.std(axis=0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else np.zeros_like(steps)
+        merged.append(([d for d, _ in runs], {"env_steps": steps, "wall_time_s": wall, key: values.mean(axis=0),
+                                              key + SE: se}))
+    return merged
+
+
+def _points(metrics: dict, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(env steps, key, wall time) of the rows that logged `key`."""
+    has = np.isfinite(metrics[key])
+    return metrics["env_steps"][has], metrics[key][has], metrics["wall_time_s"][has]
+
+
+def labels_and_title(run_dirs: list[str], seeds: dict[str, int] | None = None) -> tuple[list[str], str | None]:
+    """A label per run (the overrides that differ across runs) and a title (those they share).
+    With `seeds` ({run directory: how many seeds its curve is the mean of}, from `mean_over_seeds`),
+    the seed is in neither, and a label says over how many seeds its curve is the mean."""
     overrides = [_read_overrides(d) for d in run_dirs]
+    if seeds is not None:
+        overrides = [{k: v for k, v in o.items() if k != SEED} for o in overrides]
     keys = list(dict.fromkeys(k for o in overrides for k in o))
     differing = {k for k in keys if len({o.get(k) for o in overrides}) > 1}
     labels = [", ".join(o[k] for k in keys if k in differing and k in o) or _name(d)
               for d, o in zip(run_dirs, overrides)]
     # Runs with the same overrides (a repeated launch) still need telling apart.
     labels = [f"{label} ({_name(d)})" if labels.count(label) > 1 else label for label, d in zip(labels, run_dirs)]
+    if seeds is not None:
+        labels = [f"{label} (mean of {seeds[d]} seeds)" if seeds[d] > 1 else label for label, d in zip(labels, run_dirs)]
     shared = [overrides[0][k] for k in keys if k not in differing]
     return labels, ", ".join(shared) or None
 
@@ -108,13 +149,14 @@ def _name(run_dir: str) -> str:
     return os.path.basename(os.path.normpath(run_dir))
 
 
-def task_panels(curves: list[tuple[str, dict]], tasks: list[str | None]) -> list[tuple[str, list]]:
+def task_panels(curves: list[tuple[str, dict]], tasks: list[str | None],
+                seeds: dict[str, int] | None = None) -> list[tuple[str, list]]:
     """(task, [(label, metrics)]) in the order the tasks first appear; a task's only run is
     unlabelled, several are labelled as `labels_and_title` labels them among themselves."""
     panels = []
     for task in dict.fromkeys(tasks):
         group = [c for c, t in zip(curves, tasks) if t == task]
-        labels = labels_and_title([d for d, _ in group])[0] if len(group) > 1 else [None]
+        labels = labels_and_title([d for d, _ in group], seeds)[0] if len(group) > 1 else [None]
         panels.append((task or "(no config.json)", [(label, m) for label, (_, m) in zip(labels, group)]))
     return panels
 
@@ -128,18 +170,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--x", choices=("env_steps", "wall_time"), default="env_steps",
                         help="x axis of the per-task panels drawn for runs of several tasks (default env_steps); "
                              "runs of one task are always drawn against both")
+    parser.add_argument("--mean-seeds", action="store_true",
+                        help=f"draw runs that differ only in {SEED} as one curve: their mean, with a band of ± its "
+                             "standard error")
     args = parser.parse_args(argv)
     out = args.out or os.path.join(args.run_dirs[0] if len(args.run_dirs) == 1 else ".",
                                    f"compare_{args.key.replace('/', '_')}.png")
     try:
         curves = load_curves(find_runs(args.run_dirs), args.key)
+        seeds = None
+        if args.mean_seeds:
+            groups = mean_over_seeds(curves, args.key)
+            curves = [(dirs[0], metrics) for dirs, metrics in groups]
+            seeds = {dirs[0]: len(dirs) for dirs, _ in groups}
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         tasks = [task_of(d) for d, _ in curves]
         if len(set(tasks)) > 1:
-            plot_task_panels(task_panels(curves, tasks), args.key, out,
+            plot_task_panels(task_panels(curves, tasks, seeds), args.key, out,
                              "wall_time_s" if args.x == "wall_time" else "env_steps")
         else:
-            labels, title = labels_and_title([d for d, _ in curves])
+            labels, title = labels_and_title([d for d, _ in curves], seeds)
             plot_curves([(label, m) for label, (_, m) in zip(labels, curves)], args.key, out, title=title)
     except (PlotError, OSError) as e:
         print(f"pql.plot: error: {e}", file=sys.stderr)

@@ -240,6 +240,15 @@ def test_pql_d_support_is_the_tasks_value_range(task, support):
     assert (algo.v_min, algo.v_max) == (-7.0, 7.0)
 
 
+def test_pql_d_support_scales_with_the_reward():
+    algo = load_config(composed(["algo=pql_d", "task=Pusher", "algo.reward_scale=0.01"])).algo
+    assert (algo.v_min, algo.v_max) == (-3.0, 0.0)
+    algo = load_config(composed(["algo=pql_d", "algo.reward_scale=0.01", "algo.v_min=-7", "algo.v_max=7"])).algo
+    assert (algo.v_min, algo.v_max) == (-7.0, 7.0)  # a support given by hand is taken as it is
+    with pytest.raises(ConfigError, match=r"algo.reward_scale=0 is not allowed; expected a number > 0"):
+        load_config(composed(["algo.reward_scale=0"]))
+
+
 def test_each_algorithm_has_its_own_keys_only():
     assert "exploration" not in composed(["algo=sac"])["algo"]
     assert "num_atoms" not in composed(["algo=pql"])["algo"]

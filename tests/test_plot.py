@@ -3,8 +3,10 @@ import json
 import subprocess
 import sys
 
-from pql.logging.curves import plot_task_panels
-from pql.plot import find_runs, labels_and_title, load_curves, main, task_of, task_panels
+import numpy as np
+
+from pql.logging.curves import SE, plot_curves, plot_task_panels
+from pql.plot import find_runs, labels_and_title, load_curves, main, mean_over_seeds, task_of, task_panels
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -43,6 +45,33 @@ def test_multirun_directory_expands_to_its_runs(tmp_path, capsys):
     assert "skipping" in captured.err and "3" in captured.err
     labels, _ = labels_and_title([str(sweep / d) for d in ("0", "1", "10")])
     assert labels == ["algo.beta_pv=2, runtime.seed=0", "algo.beta_pv=2, runtime.seed=1", "algo.beta_pv=8, runtime.seed=0"]
+
+
+def test_seeds_of_one_setting_are_drawn_as_their_mean(tmp_path, capsys):
+    sweep = tmp_path / "multirun"
+    _fake_run(sweep / "0", ["task=Ant", "algo.beta_pv=2", "runtime.seed=0"], [1.0, 5.0, 9.0])
+    _fake_run(sweep / "1", ["task=Ant", "algo.beta_pv=2", "runtime.seed=1"], [3.0, 7.0])  # its evaluations end first
+    _fake_run(sweep / "2", ["task=Ant", "algo.beta_pv=4", "runtime.seed=0"], [2.0, 4.0, 6.0])
+    groups = mean_over_seeds(load_curves(find_runs([str(sweep)]), "eval/return"), "eval/return")
+    assert [[d[-1] for d in dirs] for dirs, _ in groups] == [["0", "1"], ["2"]]
+    both, single = groups[0][1], groups[1][1]
+    assert both["env_steps"].tolist() == [1000, 2000] and both["eval/return"].tolist() == [2.0, 6.0]
+    assert np.allclose(both["eval/return" + SE], [1.0, 1.0])  # std (ddof 1) √2 over √2 seeds
+    assert np.allclose(both["wall_time_s"], [1.5, 3.0])
+    assert single["eval/return"].tolist() == [2.0, 4.0, 6.0] and not single["eval/return" + SE].any()
+    seeds = {dirs[0]: len(dirs) for dirs, _ in groups}
+    assert labels_and_title([dirs[0] for dirs, _ in groups], seeds) == (
+        ["algo.beta_pv=2 (mean of 2 seeds)", "algo.beta_pv=4"], "task=Ant")
+    plain = [_fake_run(tmp_path / d, [], [1.0, 2.0]) for d in ("x", "y")]  # no seed: never merged
+    assert len(mean_over_seeds(load_curves(find_runs(list(map(str, plain))), "eval/return"), "eval/return")) == 2
+    fig = plot_curves([("a", both)], "eval/return", str(tmp_path / "m.png"))
+    assert len(fig.axes[0].collections) == 1  # the band of ± one standard error
+    long = "algo.net.actor_hidden=[512,256,128], algo.net.critic_hidden=[512,256,128] (mean of 2 seeds)"
+    fig = plot_curves([(long, both), ("b", single), ("c", single)], "eval/return", str(tmp_path / "m.png"))
+    assert fig.legends[0]._ncols == 1  # three columns of it would run off the figure
+    out = tmp_path / "mean.png"
+    assert main([str(sweep), "--mean-seeds", "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
 
 
 def test_runs_of_several_tasks_get_a_panel_per_task(tmp_path, capsys):

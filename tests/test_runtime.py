@@ -290,6 +290,24 @@ def test_actor_priorities_reach_the_replay(make_config):
     assert filled.unique().numel() > filled.numel() // 2
 
 
+def test_the_replay_holds_scaled_rewards_and_the_episodes_the_envs_own(make_config):
+    """algo.reward_scale: InvertedPendulum pays 1 per step and 0 when the pole falls, so with
+    one-step folds each stored reward is the scale or 0, while the training episodes' running
+    returns still count whole steps."""
+    cfg = make_config(SMALL + ["runtime.mode=sequential", "replay.capacity=4096", "algo.nstep=1",
+                               "algo.reward_scale=0.25"])
+    shared, roles = actor_and_v_learner(cfg)
+    for _ in range(shared.ring_slots):
+        roles["actor"].step()
+    roles["v_learner"].ingest()
+    size = len(roles["v_learner"].replay)
+    assert size == shared.ring_slots * cfg.task.num_envs
+    stored = roles["v_learner"].replay.storage["reward"][:size]
+    assert torch.all((stored == 0.25) | (stored == 0)) and (stored == 0.25).float().mean() > 0.5  # 0: the pole fell
+    episodes = roles["actor"].episodes
+    assert episodes.ep_length.sum() > 0 and torch.equal(episodes.ep_return, episodes.ep_length)
+
+
 def test_greedy_nstep_first_steps_reach_the_critic_update(make_config):
     """algo.greedy_nstep: the first step of each fold travels through the ring into the replay,
     is normalised like the other observations, and the V-learner's update uses it."""

@@ -10,10 +10,14 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
+LEGEND_CHARS = 170  # characters of a "small" legend that fit across plot_curves' figure
+SE = " s.e."  # metrics[key + SE]: the standard error of a curve that is a mean over runs, drawn as a band
+
 
 def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str, out_path: str,
-                title: str | None = None) -> None:
-    """Draw `key` against env_steps (left) and wall_time_s (right) for each (label, metrics).
+                title: str | None = None) -> Figure:
+    """Draw `key` against env_steps (left) and wall_time_s (right) for each (label, metrics), and
+    return the figure it saved.
 
     `metrics` is what `read_metrics` returns; rows where `key` is empty are skipped. A label of
     None draws no legend entry.
@@ -26,14 +30,17 @@ def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str
     ax_steps.set_xlabel("env steps")
     ax_steps.set_ylabel(key)
     ax_time.set_xlabel(f"wall time ({unit})")
-    labelled = sum(label is not None for label, _ in curves)
-    if labelled:
-        # Below both panels: inside one, a legend of several runs hid the curves it names.
-        fig.legend(handles=ax_time.get_lines(), loc="outside lower center", ncols=min(3, labelled), fontsize="small")
+    labels = [label for label, _ in curves if label is not None]
+    if labels:
+        # Below both panels: inside one, a legend of several runs hid the curves it names. As many
+        # columns as the longest label leaves room for: wider ones ran off the figure's edges.
+        ncols = max(1, min(3, len(labels), LEGEND_CHARS // (max(map(len, labels)) + 6)))
+        fig.legend(handles=ax_time.get_lines(), loc="outside lower center", ncols=ncols, fontsize="small")
     if title:
         # A sweep's shared overrides can run wider than the figure: wrapped, not cut off.
         fig.suptitle(textwrap.fill(title, width=130), fontsize="medium")
     fig.savefig(out_path, dpi=120)
+    return fig
 
 
 def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np.ndarray]]]]], key: str,
@@ -80,5 +87,9 @@ def _draw(ax, curves, key: str, x_key: str, scale: float = 1.0) -> None:
     for label, metrics in curves:
         y = metrics[key]
         has = np.isfinite(y)
-        ax.plot(metrics[x_key][has] / scale, y[has], marker=".", label=label)
+        x = metrics[x_key][has] / scale
+        line, = ax.plot(x, y[has], marker=".", label=label)
+        if key + SE in metrics:
+            se = metrics[key + SE][has]
+            ax.fill_between(x, y[has] - se, y[has] + se, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.grid(alpha=0.3)

@@ -110,6 +110,8 @@ class Actor:
         self.episodes.track(reward, terminated | truncated)
         if self.local_steps % EPISODE_REPORT_EVERY == 0:
             self.episodes.report(self.shared)
+        if self.cfg.algo.reward_scale != 1.0:
+            reward = reward * self.cfg.algo.reward_scale  # what the critic learns; the episodes above keep the env's
         td_abs = None if self.critic is None else self._td_abs(self.obs, action, reward, terminated, info["final_obs"])
         transition = self.window.push(self.obs, action, reward, terminated, truncated, info["final_obs"], td_abs)
         self.obs = next_obs
