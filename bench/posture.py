@@ -9,9 +9,9 @@ upright learner. This runs each checkpoint's deterministic policy (as evaluation
 action clipped to the box; on CPU MuJoCo whatever backend trained it, or with --device cuda on
 MuJoCo Warp) for --episodes full 1,000-step episodes, and prints per checkpoint the mean return
 and the mean root pitch (rooty, observation 1, radians) over the steps after --skip-steps, which
-leave out the first stride or the roll. Upright running keeps the pitch within a few tenths of 0 (or of 2π after a full turn);
-on its back it sits near ±π. The verdict is "on its back" when the mean cosine of the pitch is
-below 0. --csv writes one row per checkpoint (checkpoint, env_steps, return, pitch, cos_pitch,
+leave out the first stride or the roll. Upright running keeps the pitch within a few tenths of 0
+(or of 2π after a full turn); on its back it sits near ±π. The verdict is "on its back" when the
+mean cosine of the pitch is below 0. --csv writes one row per checkpoint (checkpoint, env_steps, return, pitch, cos_pitch,
 verdict).
 """
 from __future__ import annotations
