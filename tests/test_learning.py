@@ -18,26 +18,41 @@ PENDULUM = ["task=InvertedPendulum", "task.num_envs=16", "runtime.max_env_steps=
 OFF_POLICY = ["algo.batch_size=256", "algo.beta_av=8"]  # the on-policy algorithms have neither
 
 
-def solve_pendulum(make_config, overrides):
-    """Train until an evaluation reaches 900 (of 1000), within 170 s; -> the final scalars."""
+# A budget of env steps rather than wall time where the run is sequential: a seed then learns the
+# same curve however fast the machine, as the InvertedDoublePendulum test below found, and one
+# thread, so that other work on the CPU cannot slow the updates. Seeds 0, 1 and 2 on this project's
+# 2-core VM first scored >= 900 at 8k, 8k, 8k env steps (pql), 8k, 10k, 10k (pql_d), 12k, 8k, 10k
+# (proportional priorities), 10k, 18k, 8k (rank-based) and 88k, 31k, 111k (SAC, whose seed 0 took
+# 161 s there: CI's 170-s wall budget failed it on a slower day).
+STEP_BUDGET = ["runtime.mode=sequential", "runtime.torch_threads=1", "runtime.max_time_s=900"]
+
+
+def solve_pendulum(make_config, overrides, max_env_steps=None):
+    """Train until an evaluation reaches 900 (of 1000): within max_env_steps in sequential mode,
+    else within 170 s; -> the final scalars."""
     algo = next((o.split("=", 1)[1] for o in overrides if o.startswith("algo=")), "pql")
-    cfg = make_config(PENDULUM + (OFF_POLICY if algo in ("pql", "pql_d", "sac") else []) + overrides)
+    budget = [] if max_env_steps is None else STEP_BUDGET + [f"runtime.max_env_steps={max_env_steps}"]
+    cfg = make_config(PENDULUM + (OFF_POLICY if algo in ("pql", "pql_d", "sac") else []) + budget + overrides)
     final = train(cfg)
     assert final["eval/return"] >= 900, final
     return final
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["sequential", "process"])
-def test_pql_solves_inverted_pendulum(make_config, mode):
-    solve_pendulum(make_config, [f"runtime.mode={mode}"])
+def test_pql_solves_inverted_pendulum(make_config):
+    solve_pendulum(make_config, [], max_env_steps=40_000)
+
+
+@pytest.mark.slow
+def test_pql_solves_inverted_pendulum_with_its_roles_in_processes(make_config):
+    solve_pendulum(make_config, ["runtime.mode=process"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("priority_mode", ["proportional", "rank"])
 def test_pql_with_prioritized_replay_solves_inverted_pendulum(make_config, priority_mode):
-    solve_pendulum(make_config, ["runtime.mode=sequential", "replay.kind=prioritized",
-                                 f"replay.priority_mode={priority_mode}"])
+    solve_pendulum(make_config, ["replay.kind=prioritized", f"replay.priority_mode={priority_mode}"],
+                   max_env_steps=40_000)
 
 
 # InvertedDoublePendulum: about 9.35 per step balanced, so at most ~9,350; a policy of uniform random

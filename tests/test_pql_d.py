@@ -170,4 +170,4 @@ def test_pql_d_solves_inverted_pendulum(make_config):
 
     # Returns per step are 1, so Q ∈ [0, 100] at γ = 0.99; the support is the task's value range,
     # [-10, 110] (cfg/task/InvertedPendulum.yaml), which covers it with room.
-    solve_pendulum(make_config, ["algo=pql_d", "runtime.mode=sequential"])
+    solve_pendulum(make_config, ["algo=pql_d"], max_env_steps=40_000)
