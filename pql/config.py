@@ -118,7 +118,7 @@ class TaskConfig:
                             "on CUDA, mujoco on the CPU; Isaac Gym tasks ignore it")
     eval_envs: int = _opt(10, "an integer > 0", _positive,
                           doc="evaluation envs (deterministic policy, one episode each)")
-    cpu_num_envs: int = _opt(64, "an integer > 0", _positive,
+    cpu_num_envs: int = _opt(128, "an integer > 0", _positive,
                              doc="training envs on CPU when task.num_envs is null (set per task in "
                                  "cfg/task/<Task>.yaml)")
     # Truncated episodes bootstrap, so a value is an infinite-horizon sum: about the reward per

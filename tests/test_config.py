@@ -112,7 +112,7 @@ def test_early_ratio_keys_come_together(overrides, message):
      "replay.capacity=10 is not allowed; expected an integer >= 256: at least algo.batch_size (256) and "
      "task.num_envs (64"),
     (["algo=ppo", "algo.minibatches=100000"], "algo.minibatches=100000 is not allowed; expected at most "
-                                              "algo.horizon * task.num_envs = 2048"),
+                                              "algo.horizon * task.num_envs = 4096"),
     (["algo.nstep=2000"], "algo.nstep=2000 is not allowed; expected an integer <= 1000 (the longest Ant episode)"),
 ])
 def test_cli_exits_2_with_one_line(argv, needle):
