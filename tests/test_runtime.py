@@ -100,7 +100,8 @@ def test_the_critic_learns_at_the_rising_discount_once_the_rise_begins(make_conf
                        ("rising", ["algo.gamma_end=0.995", "algo.gamma_rise_steps=[20,60]"])):
         cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=800", "runtime.device=cpu",
                                    "task.backend=mujoco", *extra], run_dir=tmp_path / run)
-        train(cfg)
+        final = train(cfg)
+        assert final["critic/gamma"] == (0.995 if run == "rising" else 0.99)  # logged with the run's scalars
         state = load_checkpoint(tmp_path / run / "checkpoint.pt")
         assert 60 + 4 < state["counters"]["actor_steps"] < 1000  # past [20, 60] after SMALL's warm-up, short of 1000
         critics[run] = state["roles"]["v_learner"]["critic"]

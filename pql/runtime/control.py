@@ -72,7 +72,8 @@ class RatioController:
                 c["critic_updates"] - c["launch_critic_updates"], c["policy_updates"] - c["launch_policy_updates"])
 
     def run_actor_steps(self) -> int:
-        """The run's actor steps after the warm-up, over every launch (what schedules count)."""
+        """The run's actor steps, less this launch's warm-up: what a schedule over the run counts, so
+        that a resumed run goes on where it stopped."""
         return self.counters.launch_actor_steps + self.progress()[0]
 
     def critic_updates_for(self, a: int) -> int:
