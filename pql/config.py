@@ -80,14 +80,6 @@ def _discount(v) -> bool:
     return 0.0 < v <= 1.0
 
 
-def _open_unit_interval(v) -> bool:
-    return 0.0 < v < 1.0
-
-
-def _rising_pair(v) -> bool:
-    return len(v) == 2 and all(isinstance(x, int) for x in v) and 0 <= v[0] < v[1]
-
-
 def _one_of(*choices):
     return lambda v: v in choices
 
@@ -167,14 +159,6 @@ class OffPolicyConfig:
     # No default: the shared keys are no algorithm of their own.
     name: str = _algo_name()
     gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
-    # Swimmer's gait pays off over more steps than γ = 0.99 sees, while a longer horizon from the
-    # start halves Ant's and Walker2d's return at equal env steps (docs/tuning.md).
-    gamma_end: Optional[float] = _opt(None, "null or a number in (0, 1)", _open_unit_interval,
-                                      doc="the discount of the critic's targets after algo.gamma_rise_steps, "
-                                          "reached linearly from algo.gamma; null: algo.gamma throughout")
-    gamma_rise_steps: tuple = _opt((4000, 6000), "two integers 0 <= first < last", _rising_pair,
-                                   doc="the batched actor steps (after the warm-up) over which the discount "
-                                       "rises from algo.gamma to algo.gamma_end")
     nstep: int = _opt(3, "an integer >= 1", _at_least_one, doc="n of the n-step returns")
     greedy_nstep: bool = _opt(False, "true or false",
                               doc="the critic's target is the larger of the n-step and the one-step target "
@@ -236,12 +220,10 @@ class PQLDConfig(PQLConfig):
     name: str = _algo_name("pql_d")
     num_atoms: int = _opt(101, "an integer >= 2", lambda v: v >= 2,
                           doc="atoms z_i = v_min + iΔz of the critic's fixed support")
-    v_min: Optional[float] = _opt(None, "a number < v_max, or null: task.value_min × algo.reward_scale "
-                                  "(× (1 − algo.gamma) / (1 − algo.gamma_end) with a rising discount)",
+    v_min: Optional[float] = _opt(None, "a number < v_max, or null: task.value_min × algo.reward_scale",
                                   doc="lowest atom; the support must cover the task's discounted returns, values "
                                       "outside are clipped onto it")
-    v_max: Optional[float] = _opt(None, "a number > v_min, or null: task.value_max × algo.reward_scale "
-                                  "(× the same horizon factor)", doc="highest atom")
+    v_max: Optional[float] = _opt(None, "a number > v_min, or null: task.value_max × algo.reward_scale", doc="highest atom")
 
 
 @dataclass
@@ -541,9 +523,6 @@ def _cross_checks(cfg: Config) -> None:
                                                                         "critic updates per actor step meanwhile)")
         raise ConfigError("algo.early_beta_av", cfg.algo.early_beta_av, "null with algo.early_steps=0 (set "
                                                                         "algo.early_steps > 0: how long it applies)")
-    if isinstance(cfg.algo, OffPolicyConfig) and cfg.algo.gamma_end is not None and cfg.algo.gamma >= 1.0:
-        raise ConfigError("algo.gamma", cfg.algo.gamma, "a number in (0, 1) with algo.gamma_end set (the rise "
-                                                        "rescales discounts stored at algo.gamma through its log)")
     if cfg.test and not cfg.checkpoint:
         raise ConfigError("test", True, "test=true together with checkpoint=PATH")
 
@@ -559,11 +538,8 @@ def load_config(raw: dict) -> Config:
     cfg = _build(Config, raw, "")
     cfg.algo = algo
     if isinstance(algo, PQLDConfig):
-        # Values grow with the horizon 1/(1 − γ): a support sized at algo.gamma is sized at the end of the rise.
-        horizon = (1.0 - algo.gamma) / (1.0 - algo.gamma_end) if (algo.gamma_end or 0.0) > algo.gamma else 1.0
-        scale = algo.reward_scale * horizon
-        algo.v_min = cfg.task.value_min * scale if algo.v_min is None else algo.v_min
-        algo.v_max = cfg.task.value_max * scale if algo.v_max is None else algo.v_max
+        algo.v_min = cfg.task.value_min * algo.reward_scale if algo.v_min is None else algo.v_min
+        algo.v_max = cfg.task.value_max * algo.reward_scale if algo.v_max is None else algo.v_max
     _cross_checks(cfg)
     return cfg
 

@@ -63,8 +63,6 @@ BAD = [
     ("runtime.actor_pull_every=0", "runtime.actor_pull_every", ">= 1"),
     ("runtime.v_learner_pull_every=0", "runtime.v_learner_pull_every", ">= 1"),
     ("algo.warmup_steps=-1", "algo.warmup_steps", ">= 0"),
-    ("algo.gamma_end=1.0", "algo.gamma_end", "(0, 1)"),
-    ("algo.gamma_rise_steps=[600,400]", "algo.gamma_rise_steps", "0 <= first < last"),
     ("wandb.mode=cloud", "wandb.mode", "online, offline"),
     ("wandb.activate=maybe", "wandb.activate", "true or false"),
     ("test=true", "test", "checkpoint=PATH"),
@@ -97,15 +95,6 @@ def test_early_ratio_keys_come_together(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(composed(overrides))
     assert load_config(composed(overrides[:-1] + ["algo.early_beta_av=64", "algo.early_steps=300"])).algo.early_steps == 300
-
-
-def test_a_rising_discount_needs_gamma_below_one_and_widens_pql_d_support():
-    with pytest.raises(ConfigError, match="algo.gamma=1.0 is not allowed; expected a number in \\(0, 1\\) with "
-                                          "algo.gamma_end set"):
-        load_config(composed(["algo.gamma=1.0", "algo.gamma_end=0.995"]))
-    base = load_config(composed(["algo=pql_d", "task=Swimmer"])).algo
-    rising = load_config(composed(["algo=pql_d", "task=Swimmer", "algo.gamma_end=0.995"])).algo
-    assert (rising.v_min, rising.v_max) == pytest.approx((2 * base.v_min, 2 * base.v_max))  # horizon 100 -> 200
 
 
 @pytest.mark.parametrize("argv,needle", [

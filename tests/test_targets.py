@@ -1,11 +1,11 @@
-"""n-step folding, clipped double-Q targets with smoothing, the greedy n-step target, the rising
-discount and the soft update, each against a slow reference written here from the definitions."""
+"""n-step folding, clipped double-Q targets with smoothing, the greedy n-step target and the soft
+update, each against a slow reference written here from the definitions."""
 import copy
 
 import pytest
 import torch
 
-from pql.algos.common import DiscountSchedule, SoftUpdate
+from pql.algos.common import SoftUpdate
 from pql.algos.pql import PQL
 from pql.config import PQLConfig
 from pql.nets import DeterministicActor, DoubleQ
@@ -145,26 +145,6 @@ def test_greedy_target_is_the_larger_of_the_n_step_and_one_step_targets():
     assert 0 < picked_one_step < 64  # both branches are exercised
     plain = {k: batch[k] for k in ("next_obs", "reward", "discount")}
     assert torch.all(got >= algo.td_target(plain, critic, policy) - 1e-6)
-
-
-def test_rising_discount_rescales_stored_discounts_to_the_scheduled_gamma():
-    """Transitions folded at γ = 0.99 (m = 1..3 steps, or ended by a termination) bootstrap at γ_t^m."""
-    schedule = DiscountSchedule(PQLConfig(gamma=0.99, gamma_end=0.995, gamma_rise_steps=(100, 300)))
-    assert [schedule.at(a) for a in (0, 100, 200, 300, 10_000)] == pytest.approx([0.99, 0.99, 0.9925, 0.995, 0.995])
-    steps = torch.tensor([1, 2, 3, 3, 1])
-    ended = torch.tensor([False, False, False, True, True])
-    batch = {"reward": torch.randn(5), "discount": torch.where(ended, 0.0, 0.99 ** steps.double()).float()}
-    batch["discount1"] = batch["discount"].clone()
-    assert schedule.apply(batch, 50) is batch  # before the rise: untouched
-    for actor_steps, gamma_t in ((200, 0.9925), (400, 0.995)):
-        got = schedule.apply(batch, actor_steps)
-        want = torch.where(ended, 0.0, gamma_t ** steps.double()).float()
-        for key in ("discount", "discount1"):
-            assert torch.allclose(got[key], want, rtol=1e-6, atol=0.0), key
-        assert got["reward"] is batch["reward"]
-    # Without algo.gamma_end the discount stays algo.gamma.
-    plain = DiscountSchedule(PQLConfig(gamma=0.99))
-    assert plain.at(10**9) == 0.99 and plain.apply(batch, 10**9) is batch
 
 
 def test_soft_update_matches_polyak_formula():

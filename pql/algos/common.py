@@ -1,8 +1,6 @@
 """Pieces every off-policy update rule shares."""
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
@@ -43,36 +41,6 @@ class SoftUpdate:
         torch._foreach_lerp_(self.target, self.source, tau)
         for t, s in self.buffers:
             t.copy_(s)
-
-
-class DiscountSchedule:
-    """The discount γ_t of the critic's targets: algo.gamma up to the first of algo.gamma_rise_steps
-    (batched actor steps), linear from there to algo.gamma_end at the last, then algo.gamma_end;
-    algo.gamma throughout without algo.gamma_end.
-
-    The replay keeps each transition's bootstrap discount at algo.gamma, γ^m (0 after a
-    termination). Raised to ln γ_t / ln γ it becomes γ_t^m, exact for every m, and 0 stays 0, so
-    a rise needs neither the fold length in the replay nor new transitions. The n-step sums keep
-    algo.gamma's weights: at n = 3 and γ_t = 0.995 they differ from γ_t's by 1.5% of one reward, in
-    targets worth ~200 rewards."""
-
-    def __init__(self, algo_cfg):
-        self.gamma, self.end = algo_cfg.gamma, algo_cfg.gamma_end
-        self.first, self.last = algo_cfg.gamma_rise_steps
-
-    def at(self, actor_steps: int) -> float:
-        if self.end is None:
-            return self.gamma
-        share = min(max((actor_steps - self.first) / (self.last - self.first), 0.0), 1.0)
-        return self.gamma + share * (self.end - self.gamma)
-
-    def apply(self, batch: dict, actor_steps: int) -> dict:
-        """The batch with its discounts at γ_t (the batch itself while γ_t is algo.gamma)."""
-        gamma_t = self.at(actor_steps)
-        if gamma_t == self.gamma:
-            return batch
-        power = math.log(gamma_t) / math.log(self.gamma)
-        return {**batch, **{k: batch[k].pow(power) for k in ("discount", "discount1") if k in batch}}
 
 
 def smoothed_target_action(policy: nn.Module, next_obs: torch.Tensor, noise: float, noise_clip: float) -> torch.Tensor:

@@ -71,11 +71,6 @@ class RatioController:
         return (c["actor_steps"] - c["launch_actor_steps"] - c["warmup_steps"],
                 c["critic_updates"] - c["launch_critic_updates"], c["policy_updates"] - c["launch_policy_updates"])
 
-    def run_actor_steps(self) -> int:
-        """The run's actor steps, less this launch's warm-up: what a schedule over the run counts, so
-        that a resumed run goes on where it stopped."""
-        return self.counters.launch_actor_steps + self.progress()[0]
-
     def critic_updates_for(self, a: int) -> int:
         """The critic updates the launch's first a actor steps allow."""
         if not self.early_steps:

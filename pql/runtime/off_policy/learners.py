@@ -9,7 +9,7 @@ import copy
 
 import torch
 
-from pql.algos.common import Checkpointable, DiscountSchedule, SoftUpdate, adam
+from pql.algos.common import Checkpointable, SoftUpdate, adam
 from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer
 from pql.replay.nstep import keeps_first_step, transition_spec
@@ -152,7 +152,6 @@ class VLearner(_Learner):
         self.policy = algo.make_policy().to(device).requires_grad_(False)
         self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
         self.optim = adam(algo.critic_optim_params(self.critic))
-        self.discounts = DiscountSchedule(cfg.algo)
         self.critic_loss = compile_update(
             lambda batch, weights: algo.critic_loss(self.critic, self.target_critic, self.policy, batch, weights),
             cfg.runtime.compile, device)
@@ -165,7 +164,6 @@ class VLearner(_Learner):
         if self.updates % self.cfg.runtime.v_learner_pull_every == 0:
             self.policy_reader.pull()
         batch, indices, weights = self._sample(self.cfg.algo.batch_size)
-        batch = self.discounts.apply(batch, self.ratios.run_actor_steps())
         loss, td_abs, info = self.critic_loss(batch, weights)
         self._optimise(loss)
         self.soft_update(self.cfg.algo.tau)

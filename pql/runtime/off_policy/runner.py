@@ -7,7 +7,6 @@ import time
 
 import torch.multiprocessing as mp
 
-from pql.algos.common import DiscountSchedule
 from pql.nets import ObsNormalizer
 from pql.runtime.control import RatioCounters
 from pql.runtime.distributed import Replicas
@@ -34,7 +33,6 @@ class OffPolicyRunner:
             self.counters.load(resume["counters"])
         self.counters.start_launch(cfg.algo.warmup_steps)
         self.ratios = make_ratios(cfg, self.shared)
-        self.discounts = DiscountSchedule(cfg.algo)
         self.roles, self.processes = {}, None
         if self.ctx is None:
             self.roles = {name: build_role(name, cfg, self.shared, algo, role_device(cfg, name), self.ratios, obs_dim,
@@ -86,8 +84,7 @@ class OffPolicyRunner:
         return {"ratio/beta_av": v / a if a > 0 else 0.0, "ratio/beta_pv": v / p if p > 0 else 0.0,
                 "loss/critic": stats["critic_loss"], "loss/policy": stats["policy_loss"], "critic/q": stats["q_mean"],
                 "policy/version_lag": stats["policy_version_lag"], "train/return": stats["train_return"],
-                "train/length": stats["train_length"], "train/episodes": self.counters.episodes,
-                "critic/gamma": self.discounts.at(self.ratios.run_actor_steps())}
+                "train/length": stats["train_length"], "train/episodes": self.counters.episodes}
 
     def policy_version(self) -> int:
         return self.shared.weights[self.delivered].current_version()  # 0 until the P-learner has published once
