@@ -78,7 +78,7 @@ def mean_over_seeds(curves: list[tuple[str, dict]], key: str) -> list[tuple[list
     first appearance (any other run is a group of its own): (the group's run directories, metrics
     of the group). A group's metrics hold, at the env steps of its run whose `key` values end
     first, the mean of `key` over the runs (each interpolated there), its standard error as
-    `key + SE` (0 for a single run) and the mean wall time."""
+    `key + SE` (none for a single run: no band) and the mean wall time."""
     groups: dict[tuple, list[tuple[str, dict]]] = {}
     for run_dir, metrics in curves:
         overrides = _read_overrides(run_dir)
@@ -90,9 +90,10 @@ def mean_over_seeds(curves: list[tuple[str, dict]], key: str) -> list[tuple[list
         steps = min((p[0] for p in points), key=lambda x: x[-1])
         values = np.stack([np.interp(steps, x, y) for x, y, _ in points])
         wall = np.stack([np.interp(steps, x, w) for x, _, w in points]).mean(axis=0)
-        se = values.std(axis=0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else np.zeros_like(steps)
-        merged.append(([d for d, _ in runs], {"env_steps": steps, "wall_time_s": wall, key: values.mean(axis=0),
-                                              key + SE: se}))
+        group = {"env_steps": steps, "wall_time_s": wall, key: values.mean(axis=0)}
+        if len(runs) > 1:
+            group[key + SE] = values.std(axis=0, ddof=1) / np.sqrt(len(runs))
+        merged.append(([d for d, _ in runs], group))
     return merged
 
 

@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import gpu_check  # noqa: E402
+from conftest import alive  # noqa: E402
 
 INFO = {"title": "pql GPU check, test", "gpu_name": "no GPU", "lines": ["GPU: none (test)"]}
 
@@ -77,14 +78,6 @@ def test_processes_a_step_leaves_behind_are_ended_with_it(tmp_path):
     while time.monotonic() < deadline and alive(child):
         time.sleep(0.1)
     assert not alive(child)  # it would have held the GPU through the next step
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_machine_description_without_a_gpu_says_why():

@@ -412,6 +412,26 @@ def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, 
     assert log.startswith("pql: task=InvertedPendulum") and "pql: wrote" in log and said in log, log
 
 
+def test_a_stop_signal_while_the_roles_start_kills_none_of_them(tmp_path):
+    """SIGTERM to the whole group as soon as the roles are started, while they still import:
+    no role dies of it; the run writes its checkpoint and exits 143 as it would later on."""
+    cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
+           "runtime.checkpoint_every=1000000000", f"hydra.run.dir={tmp_path}"]
+    with running(cmd) as proc:
+        pids = {}
+        for line in proc.stdout:
+            pids = started_roles(line)
+            if pids:
+                break
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "pql: terminated (SIGTERM)" in err and "died" not in err and "Traceback" not in err, err
+    assert "pql: wrote" in out, out
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["counters"]["env_steps"] >= 0
+    assert not [n for n, p in pids.items() if alive(p)]
+
+
 def test_a_full_disk_keeps_the_previous_checkpoint(make_config, tmp_path):
     """Checkpoints the file system refuses (here a file-size limit, EFBIG, as a full disk's
     ENOSPC would): each periodic one is a warning and training goes on; the final one fails the

@@ -61,6 +61,7 @@ def role_process(name: str, shared: SharedState, threads: int, log_path: str | N
     _prepare_role_process(name)
     for s in STOP_SIGNALS:  # sent to the whole process group by a terminal, SLURM
         signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # held back since the start (ProcessRuntime.start)
     torch.set_num_threads(threads)
     try:
         with console_log(log_path):
@@ -97,8 +98,16 @@ class ProcessRuntime:
         self.shared, self.procs = shared, procs
 
     def start(self) -> None:
-        for p in self.procs.values():
-            p.start()
+        # A role ignores stop signals only once its imports are done (role_process); one sent to
+        # the whole group before that would kill it. Blocked here, they stay blocked in the
+        # roles (spawn's fork and exec keep the mask) until ignored, and reach this process
+        # once all are started.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            for p in self.procs.values():
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         print("pql: roles started: " + " ".join(f"{n}={p.pid}" for n, p in self.procs.items()), flush=True)
 
     def check(self) -> None:
