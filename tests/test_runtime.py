@@ -428,7 +428,7 @@ def test_a_stop_signal_while_the_roles_start_kills_none_of_them(tmp_path):
     assert proc.returncode == 143, err
     assert "pql: terminated (SIGTERM)" in err and "died" not in err and "Traceback" not in err, err
     assert "pql: wrote" in out, out
-    assert load_checkpoint(tmp_path / "checkpoint.pt")["counters"]["env_steps"] >= 0
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["task"] == "InvertedPendulum"  # whole, and this run's
     assert not [n for n, p in pids.items() if alive(p)]
 
 
