@@ -32,6 +32,12 @@ SMALL = ["task=InvertedPendulum", "task.num_envs=8", "algo.batch_size=64", "algo
          "task.eval_envs=2", "algo.warmup_steps=4"]
 
 
+def endless_run(run_dir, *overrides: str, mode: str = "process") -> list[str]:
+    """train.py on SMALL in `run_dir` with no step budget to end it: the test stops it, or it fails."""
+    return [sys.executable, "train.py", *SMALL, f"runtime.mode={mode}", "runtime.max_env_steps=100000000",
+            *overrides, f"hydra.run.dir={run_dir}"]
+
+
 def measured_ratios(counters: dict, warmup_steps: int = 4) -> tuple[float, float]:
     """(β_a:v, β_p:v) of a run that started from scratch (SMALL's warm-up is not counted)."""
     critic = counters["critic_updates"]
@@ -349,8 +355,7 @@ def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
 
 @pytest.mark.parametrize("victim", ["actor", "v_learner", "p_learner"])
 def test_killed_role_stops_the_run_promptly(tmp_path, victim):
-    cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
-           f"hydra.run.dir={tmp_path}"]
+    cmd = endless_run(tmp_path)
     with running(cmd) as proc:
         pids = {}
         deadline = time.monotonic() + 120
@@ -386,8 +391,7 @@ def test_killed_role_stops_the_run_promptly(tmp_path, victim):
 def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, sig, whole_group, code):
     """Ctrl-C and SIGTERM: a checkpoint of where the run stands, every role stopped, exit 130 or
     143; the same signal again while the checkpoint is written does not cut it short."""
-    cmd = [sys.executable, "train.py", *SMALL, f"runtime.mode={mode}", "runtime.max_env_steps=100000000",
-           "runtime.checkpoint_every=1000000000", f"hydra.run.dir={tmp_path}"]
+    cmd = endless_run(tmp_path, "runtime.checkpoint_every=1000000000", mode=mode)
     with running(cmd) as proc:
         pids = {}
         for line in proc.stdout:
@@ -415,8 +419,7 @@ def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, 
 def test_a_stop_signal_while_the_roles_start_kills_none_of_them(tmp_path):
     """SIGTERM to the whole group as soon as the roles are started, while they still import:
     no role dies of it; the run writes its checkpoint and exits 143 as it would later on."""
-    cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
-           "runtime.checkpoint_every=1000000000", f"hydra.run.dir={tmp_path}"]
+    cmd = endless_run(tmp_path, "runtime.checkpoint_every=1000000000")
     with running(cmd) as proc:
         pids = {}
         for line in proc.stdout:
@@ -464,8 +467,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint(make_config, tmp_path):
 def test_a_diverging_run_stops_naming_role_quantity_and_update(tmp_path, mode):
     """A learning rate that sends the critic to inf within a few updates: the run stops with one
     line naming the role, the quantity and the update, and writes no checkpoint holding nan."""
-    cmd = [sys.executable, "train.py", *SMALL, f"runtime.mode={mode}", "runtime.max_env_steps=100000000",
-           "algo.critic_lr=1e30", "runtime.checkpoint_every=8", f"hydra.run.dir={tmp_path}"]
+    cmd = endless_run(tmp_path, "algo.critic_lr=1e30", "runtime.checkpoint_every=8", mode=mode)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 1, proc.stderr
     # Which sees it first depends on the timing: the critic's loss, or the actions of the policy
@@ -483,9 +485,7 @@ def test_a_loss_past_its_bound_keeps_the_last_good_checkpoint(make_config, tmp_p
     run_dir = tmp_path / "run"
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=run_dir))
     path = run_dir / "checkpoint.pt"
-    cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
-           "runtime.max_critic_loss=1e-12", "runtime.checkpoint_every=8", f"checkpoint={path}",
-           f"hydra.run.dir={run_dir}"]
+    cmd = endless_run(run_dir, "runtime.max_critic_loss=1e-12", "runtime.checkpoint_every=8", f"checkpoint={path}")
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 1, proc.stderr
     assert re.search(r"role v_learner failed:\nv_learner diverged: critic loss is \S+ at critic update [\d,]+, above "
@@ -497,9 +497,8 @@ def test_raising_role_reports_its_traceback(make_config, tmp_path):
     """A role that raises (here: the V-learner resuming a critic of another size) ends the run
     with that role's traceback, exit code 1 and no surviving child."""
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=tmp_path / "run"))
-    cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
-           "algo.net.critic_hidden=[16,16]", f"checkpoint={tmp_path / 'run' / 'checkpoint.pt'}",
-           f"hydra.run.dir={tmp_path / 'resumed'}"]
+    cmd = endless_run(tmp_path / "resumed", "algo.net.critic_hidden=[16,16]",
+                      f"checkpoint={tmp_path / 'run' / 'checkpoint.pt'}")
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "role v_learner failed" in proc.stderr and "Traceback" in proc.stderr and "size mismatch" in proc.stderr
