@@ -606,7 +606,7 @@ def bench(script: str, *args: str) -> list[str]:
 
 def learner_step(name: str, title: str, csv_path: str) -> Step:
     return Step(name, title, bench("learner.py", "--task", "Ant", "--device", "cuda", "--batch-size", str(BATCH),
-                                   "--seconds", "2", "--together-seconds", "30", "--csv", csv_path), 240)
+                                   "--seconds", "2", "--together-seconds", "60", "--csv", csv_path), 240)
 
 
 def train_step(name: str, title: str, run_dir: str, seconds: float, overrides: tuple[str, ...] = ()) -> Step:

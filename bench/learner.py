@@ -5,7 +5,8 @@
 
 Prints critic updates/s and policy updates/s at the given batch with the default networks, the
 actor's env steps/s, and the three roles running together (process mode, for --together-seconds:
-default max(30, 3 × --seconds); 0 leaves that run out) with the measured ratios and the
+default max(30, 3 × --seconds); 0 leaves that run out), measured over its steady state (the log
+intervals after both learners began to update, so not their compilation), with the ratios there and the
 efficiency: together env steps/s over what the slowest role alone allows
 (min(actor alone, critic alone · num_envs / beta_av, policy alone · beta_pv · num_envs / beta_av)).
 --csv also writes each figure as a row (task, device, num_envs, batch_size, compile, quantity,
@@ -149,8 +150,36 @@ def actor_rate(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> float
     return timed(step, device, seconds) * cfg.task.num_envs
 
 
-def together(overrides: list[str], seconds: float) -> dict:
-    """Run train.py in process mode for `seconds` and read the measured rates off metrics.csv."""
+ENV_RATE, CRITIC_RATE, POLICY_RATE = "perf/env_steps_per_s", "updates_per_s/v_learner", "updates_per_s/p_learner"
+MIN_STEADY_ROWS = 3
+
+
+def steady_rates(rows: list[dict], num_envs: int, seconds: float) -> dict:
+    """Rates of a together run's steady state, from its metrics.csv rows (one per log interval).
+
+    The steady state starts after the first interval in which both learners updated: before it the
+    learners are still compiling (on a cold cache, most of a 30-s run on a GPU) while the actor runs
+    ahead, so neither the rates nor the run's cumulative ratio/beta_* columns describe the roles
+    together. The last interval holds the shutdown. The ratios are those of the steady intervals."""
+    timed = [r for r in rows if r.get(ENV_RATE)]
+    started = next((i for i, r in enumerate(timed)
+                    if float(r[CRITIC_RATE] or 0) > 0 and float(r[POLICY_RATE] or 0) > 0), None)
+    steady = [] if started is None else timed[started + 1:-1]
+    if len(steady) < MIN_STEADY_ROWS:
+        when = ("the learners never updated" if started is None
+                else f"both learners updated from {float(timed[started]['wall_time_s']):.0f} s on")
+        raise RuntimeError(f"the together run reached no steady state in {seconds:g} s ({when}; "
+                           f"{len(steady)} steady log intervals, {MIN_STEADY_ROWS} needed): give it more "
+                           "--together-seconds")
+    mean = lambda k: sum(float(r[k]) for r in steady) / len(steady)  # noqa: E731
+    env, critic, policy = mean(ENV_RATE), mean(CRITIC_RATE), mean(POLICY_RATE)
+    return {ENV_RATE: env, CRITIC_RATE: critic, POLICY_RATE: policy,
+            "ratio/beta_av": critic * num_envs / env, "ratio/beta_pv": critic / policy,
+            "steady_from_s": float(steady[0]["wall_time_s"])}
+
+
+def together(overrides: list[str], num_envs: int, seconds: float) -> dict:
+    """Run train.py in process mode for `seconds` and read its steady rates off metrics.csv."""
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -164,15 +193,8 @@ def together(overrides: list[str], seconds: float) -> dict:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
             raise RuntimeError(f"the together run failed (exit {done.returncode}): {' '.join(cmd)}\n{tail}")
         with open(os.path.join(run_dir, "metrics.csv")) as f:
-            rows = [r for r in csv.DictReader(f) if r.get("perf/env_steps_per_s")]
-    if not rows:
-        raise RuntimeError(f"the together run logged no perf/env_steps_per_s in {seconds:.0f} s: "
-                           "give it more --together-seconds")
-    # The first rows include process start-up and the warm-up; average the steady second half.
-    steady = rows[len(rows) // 2:-1] or rows
-    mean = lambda k: sum(float(r[k]) for r in steady) / len(steady)  # noqa: E731
-    return {k: mean(k) for k in ("perf/env_steps_per_s", "updates_per_s/v_learner", "updates_per_s/p_learner",
-                                 "ratio/beta_av", "ratio/beta_pv")}
+            rows = list(csv.DictReader(f))
+    return steady_rates(rows, num_envs, seconds)
 
 
 def main() -> None:
@@ -228,18 +250,16 @@ def main() -> None:
     if seconds > 0:
         overrides = [f"task={args.task}", f"task.num_envs={n}", f"algo.batch_size={args.batch_size}",
                      f"runtime.device={cfg.runtime.device}", f"algo.greedy_nstep={str(args.greedy_nstep).lower()}"]
-        run = together(overrides, seconds)
-        for quantity, key in (("together_env_steps_per_s", "perf/env_steps_per_s"),
-                              ("together_critic_updates_per_s", "updates_per_s/v_learner"),
-                              ("together_policy_updates_per_s", "updates_per_s/p_learner"),
+        run = together(overrides, n, seconds)
+        for quantity, key in (("together_env_steps_per_s", ENV_RATE), ("together_critic_updates_per_s", CRITIC_RATE),
+                              ("together_policy_updates_per_s", POLICY_RATE),
                               ("together_ratio_beta_av", "ratio/beta_av"), ("together_ratio_beta_pv", "ratio/beta_pv")):
             record(quantity, run[key])
-        record("together_efficiency", run["perf/env_steps_per_s"] / bound)
-        print(f"{'all three together':28}{run['perf/env_steps_per_s']:>14.0f}{run['updates_per_s/v_learner']:>14.1f}"
-              f"{run['updates_per_s/p_learner']:>14.1f}")
-        print(f"measured ratios together: critic/actor step {run['ratio/beta_av']:.2f} (target {bav}), "
-              f"critic/policy {run['ratio/beta_pv']:.2f} (target {bpv})")
-        print(f"efficiency together / bound: {run['perf/env_steps_per_s'] / bound:.0%}")
+        record("together_efficiency", run[ENV_RATE] / bound)
+        print(f"{'all three together':28}{run[ENV_RATE]:>14.0f}{run[CRITIC_RATE]:>14.1f}{run[POLICY_RATE]:>14.1f}")
+        print(f"steady from {run['steady_from_s']:.0f} s of {seconds:g}; ratios there: critic/actor step "
+              f"{run['ratio/beta_av']:.2f} (target {bav}), critic/policy {run['ratio/beta_pv']:.2f} (target {bpv})")
+        print(f"efficiency together / bound: {run[ENV_RATE] / bound:.0%}")
     rows.close()
 
 

@@ -163,8 +163,8 @@ def test_every_numeric_key_rejects_nan_and_infinities(algo):
 def test_defaults_validate():
     cfg = load_config(composed([]))
     assert cfg.task.name == "Ant" and cfg.algo.name == "pql"
-    # β_a:v is the device's, set by apply_device_defaults (tests/test_device.py); β_p:v the paper's 2.
-    assert (cfg.algo.beta_av, cfg.algo.beta_pv) == (None, 2)
+    # β_a:v 1:16 on every device (docs/gpu.md, fourth session); β_p:v the paper's 2.
+    assert (cfg.algo.beta_av, cfg.algo.beta_pv) == (16, 2)
 
 
 @pytest.mark.parametrize("override, key, allowed", [

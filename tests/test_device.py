@@ -49,7 +49,7 @@ def test_cuda_devices_resolve_to_an_index(make_config, fake_cuda, value, resolve
     apply_device_defaults(cfg)
     assert cfg.runtime.device == resolved
     assert cfg.runtime.compile is True and cfg.algo.batch_size == 8192
-    assert (cfg.algo.beta_av, cfg.runtime.eval_every, cfg.runtime.max_time_s) == (8, 2_000_000, None)
+    assert (cfg.algo.beta_av, cfg.runtime.eval_every, cfg.runtime.max_time_s) == (16, 2_000_000, None)
 
 
 def test_cpu_defaults_spend_a_wall_time_budget(make_config):
