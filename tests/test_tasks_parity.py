@@ -17,6 +17,8 @@ its env is reset and the world is put into the same new state.
   Ant's and Humanoid's observation as cfrc_ext), kinematics to ~1e-5: the tolerance is 1e-2
   relative to 1 + |value| for observations, 1e-3 for rewards.
 """
+import os
+
 import gymnasium
 import mujoco
 import numpy as np
@@ -26,7 +28,8 @@ import torch
 import tasks
 from tasks.mujoco import TASKS
 from tasks.mujoco.env import MujocoEnv
-from tasks.mujoco.task import load_asset
+from tasks.mujoco.half_cheetah import HalfCheetah
+from tasks.mujoco.task import ASSETS, load_asset
 
 STEPS = 60
 NUM_ENVS = 3
@@ -111,3 +114,21 @@ def test_matches_gymnasium(name, backend):
     env.close()
     if name in ("InvertedPendulum", "Hopper", "Walker2d", "InvertedDoublePendulum"):
         assert episodes_ended > 0, "random actions were expected to end some episodes"
+
+
+def test_half_cheetah_gets_gymnasiums_total_mass_without_the_deprecated_attribute(capfd):
+    """The copy leaves out `settotalmass`, which MuJoCo 4 warns about on every load; the mass set
+    on the compiled model instead must give the model Gymnasium's XML compiles to, to the bit."""
+    path = os.path.join(ASSETS, HalfCheetah.xml)
+    with open(path) as f:
+        xml = f.read()
+    assert "settotalmass=" not in xml.replace('settotalmass="14" is applied', "")
+    ours = load_asset(HalfCheetah.xml)
+    assert "settotalmass" not in capfd.readouterr().err
+    theirs = mujoco.MjModel.from_xml_string(xml.replace('inertiafromgeom="true"/>',
+                                                        'inertiafromgeom="true" settotalmass="14"/>'))
+    assert ours.body_mass.sum() == pytest.approx(14.0)
+    arrays = [name for name in dir(ours) if isinstance(getattr(ours, name, None), np.ndarray)]
+    assert "body_inertia" in arrays and "dof_invweight0" in arrays
+    for name in arrays:
+        np.testing.assert_array_equal(getattr(ours, name), getattr(theirs, name), err_msg=name)
