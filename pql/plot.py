@@ -23,7 +23,7 @@ import numpy as np
 import yaml
 
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
-from pql.logging.curves import SE, plot_curves, plot_task_panels
+from pql.logging.curves import MEAN_OF_SEEDS, SE, plot_curves, plot_task_panels
 from pql.logging.keys import CONFIG_JSON
 
 
@@ -117,7 +117,7 @@ def labels_and_title(run_dirs: list[str], seeds: dict[str, int] | None = None) -
     # Runs with the same overrides (a repeated launch) still need telling apart.
     labels = [f"{label} ({_name(d)})" if labels.count(label) > 1 else label for label, d in zip(labels, run_dirs)]
     if seeds is not None:
-        labels = [f"{label} (mean of {seeds[d]} seeds)" if seeds[d] > 1 else label for label, d in zip(labels, run_dirs)]
+        labels = [label + MEAN_OF_SEEDS.format(seeds[d]) if seeds[d] > 1 else label for label, d in zip(labels, run_dirs)]
     shared = [overrides[0][k] for k in keys if k not in differing]
     return labels, ", ".join(shared) or None
 

@@ -123,3 +123,21 @@ def test_bad_directory_exits_2_without_traceback(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip() == f"pql.plot: error: {tmp_path / 'missing'}: no such directory"
+
+
+def test_a_setting_has_one_colour_in_every_task_panel(tmp_path):
+    runs = [_fake_run(tmp_path / "r0", ["algo.tau=0.05", "runtime.seed=0"], [-9.0, -8.0], task="Reacher"),
+            _fake_run(tmp_path / "r1", ["algo.tau=0.05", "runtime.seed=1"], [-10.0, -9.0], task="Reacher"),
+            _fake_run(tmp_path / "r2", ["algo.tau=0.01", "runtime.seed=0"], [-9.5, -7.0], task="Reacher"),
+            _fake_run(tmp_path / "h0", ["algo.tau=0.01", "runtime.seed=0"], [900.0, 1500.0], task="HalfCheetah"),
+            _fake_run(tmp_path / "h1", ["algo.tau=0.05", "runtime.seed=0"], [1800.0, 4300.0], task="HalfCheetah")]
+    curves = load_curves(find_runs([str(r) for r in runs]), "eval/return")
+    groups = mean_over_seeds(curves, "eval/return")
+    curves = [(dirs[0], metrics) for dirs, metrics in groups]
+    panels = task_panels(curves, [task_of(d) for d, _ in curves], {dirs[0]: len(dirs) for dirs, _ in groups})
+    fig = plot_task_panels(panels, "eval/return", str(tmp_path / "c.png"))
+    colours = [{line.get_label(): line.get_color() for line in ax.lines} for ax in fig.axes[:2]]
+    # HalfCheetah draws its settings in the other order, and Reacher's τ = 0.05 is a mean of two seeds.
+    assert colours[0]["algo.tau=0.05 (mean of 2 seeds)"] == colours[1]["algo.tau=0.05"]
+    assert colours[0]["algo.tau=0.01"] == colours[1]["algo.tau=0.01"]
+    assert colours[1]["algo.tau=0.05"] != colours[1]["algo.tau=0.01"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 
 import numpy as np
@@ -12,6 +13,8 @@ from matplotlib.ticker import EngFormatter
 
 LEGEND_CHARS = 170  # characters of a "small" legend that fit across plot_curves' figure
 SE = " s.e."  # metrics[key + SE]: the standard error of a curve that is a mean over runs, drawn as a band
+MEAN_OF_SEEDS = " (mean of {} seeds)"  # the end of a label whose curve is a mean over seeds
+_MEAN_OF_SEEDS = re.compile(re.escape(MEAN_OF_SEEDS).replace(r"\{\}", r"\d+") + "$")
 
 
 def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str, out_path: str,
@@ -59,8 +62,13 @@ def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np
         x_label = f"wall time ({unit})"
     else:
         scale, x_label = 1.0, "env steps"
+    # One colour per setting across the panels, so a setting reads the same in every task even
+    # where a panel lacks some settings, or averages seeds the others do not.
+    settings = dict.fromkeys(_MEAN_OF_SEEDS.sub("", label) for _, curves in panels for label, _ in curves
+                             if label is not None)
+    colors = {setting: f"C{i % 10}" for i, setting in enumerate(settings)}
     for ax, (task, curves) in zip(axes, panels):
-        _draw(ax, curves, key, x_key, scale)
+        _draw(ax, curves, key, x_key, scale, colors)
         ax.set_title(task, fontsize="medium")
         if x_key == "env_steps":
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k: narrow panels have no room for 200000
@@ -82,13 +90,15 @@ def _time_unit(curves) -> tuple[str, float]:
                 if max_wall < limit)
 
 
-def _draw(ax, curves, key: str, x_key: str, scale: float = 1.0) -> None:
-    """Each (label, metrics) as `key` against `x_key` / scale, skipping rows without `key`."""
+def _draw(ax, curves, key: str, x_key: str, scale: float = 1.0, colors: dict[str, str] | None = None) -> None:
+    """Each (label, metrics) as `key` against `x_key` / scale, skipping rows without `key`;
+    `colors` maps a label, less its MEAN_OF_SEEDS ending, to its colour (default: matplotlib's cycle)."""
     for label, metrics in curves:
         y = metrics[key]
         has = np.isfinite(y)
         x = metrics[x_key][has] / scale
-        line, = ax.plot(x, y[has], marker=".", label=label)
+        color = (colors or {}).get(_MEAN_OF_SEEDS.sub("", label)) if label is not None else None
+        line, = ax.plot(x, y[has], marker=".", label=label, color=color)
         if key + SE in metrics:
             se = metrics[key + SE][has]
             ax.fill_between(x, y[has] - se, y[has] + se, color=line.get_color(), alpha=0.2, linewidth=0)
