@@ -97,6 +97,13 @@ def mean_over_seeds(curves: list[tuple[str, dict]], key: str) -> list[tuple[list
     return merged
 
 
+def seed_means(curves: list[tuple[str, dict]], key: str) -> tuple[list[tuple[str, dict]], dict[str, int]]:
+    """`mean_over_seeds` as curves (a group's first run directory, the group's metrics) and
+    {that directory: how many seeds the curve is the mean of}, as `labels_and_title` takes it."""
+    groups = mean_over_seeds(curves, key)
+    return [(dirs[0], metrics) for dirs, metrics in groups], {dirs[0]: len(dirs) for dirs, _ in groups}
+
+
 def _points(metrics: dict, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(env steps, key, wall time) of the rows that logged `key`."""
     has = np.isfinite(metrics[key])
@@ -181,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         curves = load_curves(find_runs(args.run_dirs), args.key)
         seeds = None
         if args.mean_seeds:
-            groups = mean_over_seeds(curves, args.key)
-            curves = [(dirs[0], metrics) for dirs, metrics in groups]
-            seeds = {dirs[0]: len(dirs) for dirs, _ in groups}
+            curves, seeds = seed_means(curves, args.key)
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         tasks = [task_of(d) for d, _ in curves]
         if len(set(tasks)) > 1:

@@ -6,7 +6,8 @@ import sys
 import numpy as np
 
 from pql.logging.curves import SE, plot_curves, plot_task_panels
-from pql.plot import find_runs, labels_and_title, load_curves, main, mean_over_seeds, task_of, task_panels
+from pql.plot import (find_runs, labels_and_title, load_curves, main, mean_over_seeds, seed_means, task_of,
+                      task_panels)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -132,9 +133,8 @@ def test_a_setting_has_one_colour_in_every_task_panel(tmp_path):
             _fake_run(tmp_path / "h0", ["algo.tau=0.01", "runtime.seed=0"], [900.0, 1500.0], task="HalfCheetah"),
             _fake_run(tmp_path / "h1", ["algo.tau=0.05", "runtime.seed=0"], [1800.0, 4300.0], task="HalfCheetah")]
     curves = load_curves(find_runs([str(r) for r in runs]), "eval/return")
-    groups = mean_over_seeds(curves, "eval/return")
-    curves = [(dirs[0], metrics) for dirs, metrics in groups]
-    panels = task_panels(curves, [task_of(d) for d, _ in curves], {dirs[0]: len(dirs) for dirs, _ in groups})
+    curves, seeds = seed_means(curves, "eval/return")
+    panels = task_panels(curves, [task_of(d) for d, _ in curves], seeds)
     fig = plot_task_panels(panels, "eval/return", str(tmp_path / "c.png"))
     colours = [{line.get_label(): line.get_color() for line in ax.lines} for ax in fig.axes[:2]]
     # HalfCheetah draws its settings in the other order, and Reacher's τ = 0.05 is a mean of two seeds.
