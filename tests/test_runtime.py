@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 from pql.checkpoint import load_checkpoint
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
+from pql.logging import run_logger as run_logger_module
 from pql.config import ConfigError
 from pql.envs import build_env
 from pql.evaluate import evaluate
@@ -145,15 +147,23 @@ def test_sequential_mode_waits_for_copies_in_flight(make_config, tmp_path, monke
 
 
 def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tmp_path, monkeypatch):
-    """Evaluations due back to back, each a fixed 2-s wait here, the limit 5 s: the third would
+    """Evaluations due back to back, each 45 s on the run's clock, the limit 100 s: the third would
     end past the limit, so only the two before it and the final one run (on a GPU, an evaluation
-    straddling the limit and then the final one made a 180-s run last 213 s)."""
-    def two_second_evaluation(*args):
-        time.sleep(2.0)
+    straddling the limit and then the final one made a 180-s run last 213 s). An evaluation moves
+    the run's clock on instead of sleeping, so the test does not hang on how fast the machine
+    trains between evaluations: the second may start up to ~10 s after the first (a 2-s sleep
+    with a 5-s limit left 0.7 s, which a slow CI machine overran)."""
+    eval_s, limit = 45.0, 100.0
+    clock = {"skipped": 0.0}
+    run_clock = types.SimpleNamespace(monotonic=lambda: time.monotonic() + clock["skipped"])
+
+    def evaluation_of_45_s(*args):
+        clock["skipped"] += eval_s
         return 0.0, 1.0
 
-    monkeypatch.setattr(run_module, "evaluate", two_second_evaluation)
-    limit = 5.0
+    monkeypatch.setattr(run_module, "evaluate", evaluation_of_45_s)
+    monkeypatch.setattr(run_module, "time", run_clock)
+    monkeypatch.setattr(run_logger_module, "time", run_clock)
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=100000000", "runtime.device=cpu",
                                f"runtime.max_time_s={limit}", "runtime.eval_every=8"]))
     columns = read_metrics(tmp_path / METRICS_CSV)
