@@ -112,7 +112,7 @@ def _points(metrics: dict, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def labels_and_title(run_dirs: list[str], seeds: dict[str, int] | None = None) -> tuple[list[str], str | None]:
     """A label per run (the overrides that differ across runs) and a title (those they share).
-    With `seeds` ({run directory: how many seeds its curve is the mean of}, from `mean_over_seeds`),
+    With `seeds` ({run directory: how many seeds its curve is the mean of}, from `seed_means`),
     the seed is in neither, and a label says over how many seeds its curve is the mean."""
     overrides = [_read_overrides(d) for d in run_dirs]
     if seeds is not None:

@@ -60,8 +60,8 @@ def test_seeds_of_one_setting_are_drawn_as_their_mean(tmp_path, capsys):
     assert np.allclose(both["eval/return" + SE], [1.0, 1.0])  # std (ddof 1) √2 over √2 seeds
     assert np.allclose(both["wall_time_s"], [1.5, 3.0])
     assert single["eval/return"].tolist() == [2.0, 4.0, 6.0] and "eval/return" + SE not in single
-    seeds = {dirs[0]: len(dirs) for dirs, _ in groups}
-    assert labels_and_title([dirs[0] for dirs, _ in groups], seeds) == (
+    curves, seeds = seed_means(load_curves(find_runs([str(sweep)]), "eval/return"), "eval/return")
+    assert labels_and_title([d for d, _ in curves], seeds) == (
         ["algo.beta_pv=2 (mean of 2 seeds)", "algo.beta_pv=4"], "task=Ant")
     plain = [_fake_run(tmp_path / d, [], [1.0, 2.0]) for d in ("x", "y")]  # no seed: never merged
     assert len(mean_over_seeds(load_curves(find_runs(list(map(str, plain))), "eval/return"), "eval/return")) == 2

@@ -157,11 +157,11 @@ def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tm
     clock = {"skipped": 0.0}
     run_clock = types.SimpleNamespace(monotonic=lambda: time.monotonic() + clock["skipped"])
 
-    def evaluation_of_45_s(*args):
+    def evaluation_of_eval_s(*args):
         clock["skipped"] += eval_s
         return 0.0, 1.0
 
-    monkeypatch.setattr(run_module, "evaluate", evaluation_of_45_s)
+    monkeypatch.setattr(run_module, "evaluate", evaluation_of_eval_s)
     monkeypatch.setattr(run_module, "time", run_clock)
     monkeypatch.setattr(run_logger_module, "time", run_clock)
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=100000000", "runtime.device=cpu",
