@@ -159,7 +159,9 @@ class OffPolicyConfig:
     # No default: the shared keys are no algorithm of their own.
     name: str = _algo_name()
     gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
-    nstep: int = _opt(3, "an integer >= 1", _at_least_one, doc="n of the n-step returns")
+    nstep: Optional[int] = _opt(None, "null or an integer >= 1", _at_least_one,
+                                doc="n of the n-step returns; null: 1 for a task whose episodes last at most "
+                                    "100 steps (Reacher, Pusher), 3 for any other (docs/tuning.md)")
     greedy_nstep: bool = _opt(False, "true or false",
                               doc="the critic's target is the larger of the n-step and the one-step target "
                                   "(Wang et al., 2021); the replay then keeps each transition's first step too "
@@ -539,11 +541,28 @@ def load_config(raw: dict) -> Config:
     algo = _build(ALGORITHMS[algo_name].config, algo_raw, "algo")
     cfg = _build(Config, raw, "")
     cfg.algo = algo
+    if isinstance(algo, OffPolicyConfig) and algo.nstep is None:
+        algo.nstep = default_nstep(cfg.task.name)
     if isinstance(algo, PQLDConfig):
         algo.v_min = cfg.task.value_min * algo.reward_scale if algo.v_min is None else algo.v_min
         algo.v_max = cfg.task.value_max * algo.reward_scale if algo.v_max is None else algo.v_max
     _cross_checks(cfg)
     return cfg
+
+
+# Three-step targets keep HalfCheetah upright and Ant ahead on their 1,000-step episodes; on
+# Reacher's 50 and Pusher's 100 they lose to one-step targets, which beat SB3's SAC there while
+# three-step ones do not (docs/tuning.md, "The n-step default from the episode's length").
+SHORT_EPISODE_STEPS = 100
+
+
+def default_nstep(task_name: str) -> int:
+    """algo.nstep's null: 1 for a task whose episodes last at most SHORT_EPISODE_STEPS steps, 3 for
+    any other, and 3 for an Isaac Gym task, whose limit is known only once its env is made."""
+    from tasks import TASKS
+
+    task = TASKS.get(task_name)
+    return 1 if task is not None and task.max_episode_steps <= SHORT_EPISODE_STEPS else 3
 
 
 def to_dict(value):
@@ -669,6 +688,7 @@ def apply_device_defaults(cfg: Config, local_rank: int | None = None, replicas: 
     print(f"pql: task={cfg.task.name} algo={cfg.algo.name} device={device} num_envs={cfg.task.num_envs} "
           f"mode={cfg.runtime.mode}" + (f" replicas={replicas}{per_replica}" if replicas > 1 else "")
           + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
+          + (f" nstep={cfg.algo.nstep}" if hasattr(cfg.algo, "nstep") else "")
           + f" replay={cfg.replay.kind}:{cfg.replay.capacity:,} max_env_steps={runtime.max_env_steps:,} "
           f"eval_every={runtime.eval_every:,} checkpoint_every={runtime.checkpoint_every:,}"
           + (f" compile={str(runtime.compile).lower()}" if on_gpu or runtime.compile else "")

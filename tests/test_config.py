@@ -190,8 +190,11 @@ def plain(cfg) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 
-def with_task_support(algo):
-    """pql_d's null support as load_config resolves it: the (default) task's value range."""
+def with_task_defaults(algo):
+    """The nulls load_config resolves from the (default) task, Ant: pql_d's support, its value
+    range, and the n-step returns' n, 3 for its 1,000-step episodes."""
+    if isinstance(algo, OffPolicyConfig):
+        algo = dataclasses.replace(algo, nstep=3)
     if isinstance(algo, PQLDConfig):
         return dataclasses.replace(algo, v_min=TaskConfig().value_min, v_max=TaskConfig().value_max)
     return algo
@@ -203,7 +206,7 @@ def test_composed_defaults_are_the_dataclass_defaults(name):
     raw["run_dir"] = Config().run_dir  # Hydra's run directory, the one composed value that is no default
     expected = Config(algo=ALGORITHMS[name].config())
     assert raw == plain(expected)
-    expected.algo = with_task_support(expected.algo)
+    expected.algo = with_task_defaults(expected.algo)
     assert load_config(raw) == expected
 
 
@@ -240,6 +243,14 @@ def test_pql_d_support_is_the_tasks_value_range(task, support):
     assert (algo.v_min, algo.v_max) == (-7.0, 7.0)
 
 
+@pytest.mark.parametrize("task, nstep", [("Reacher", 1), ("Pusher", 1), ("HalfCheetah", 3), ("Ant", 3),
+                                         ("InvertedPendulum", 3)])
+@pytest.mark.parametrize("algo", ["pql", "pql_d", "sac"])
+def test_nstep_default_follows_the_episode_length(task, nstep, algo):
+    assert load_config(composed([f"algo={algo}", f"task={task}"])).algo.nstep == nstep
+    assert load_config(composed([f"algo={algo}", f"task={task}", "algo.nstep=2"])).algo.nstep == 2
+
+
 def test_pql_d_support_scales_with_the_reward():
     algo = load_config(composed(["algo=pql_d", "task=Pusher", "algo.reward_scale=0.01"])).algo
     assert (algo.v_min, algo.v_max) == (-3.0, 0.0)
@@ -261,7 +272,7 @@ def test_each_algorithm_has_its_own_keys_only():
                                        ("ppo", PPOConfig), ("impala", ImpalaConfig)])
 def test_load_config_picks_the_class_by_name(name, cls):
     algo = load_config({"algo": {"name": name}}).algo
-    assert type(algo) is cls and algo == with_task_support(cls()) and algo.name == name
+    assert type(algo) is cls and algo == with_task_defaults(cls()) and algo.name == name
 
 
 def test_off_policy_algorithms_share_the_off_policy_keys():
