@@ -152,6 +152,12 @@ def _on_policy_net() -> NetConfig:
                      activation="elu")
 
 
+# Three-step targets keep HalfCheetah upright and Ant ahead on their 1,000-step episodes; on
+# Reacher's 50 and Pusher's 100 they lose to one-step targets, which beat SB3's SAC there while
+# three-step ones do not (docs/tuning.md, "The n-step default from the episode's length").
+SHORT_EPISODE_STEPS = 100
+
+
 @dataclass
 class OffPolicyConfig:
     """The keys shared by the algorithms on the three-role off-policy runtime (pql, pql_d, sac)."""
@@ -161,7 +167,7 @@ class OffPolicyConfig:
     gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
     nstep: Optional[int] = _opt(None, "null or an integer >= 1", _at_least_one,
                                 doc="n of the n-step returns; null: 1 for a task whose episodes last at most "
-                                    "100 steps (Reacher, Pusher), 3 for any other (docs/tuning.md)")
+                                    f"{SHORT_EPISODE_STEPS} steps (Reacher, Pusher), 3 for any other (docs/tuning.md)")
     greedy_nstep: bool = _opt(False, "true or false",
                               doc="the critic's target is the larger of the n-step and the one-step target "
                                   "(Wang et al., 2021); the replay then keeps each transition's first step too "
@@ -548,12 +554,6 @@ def load_config(raw: dict) -> Config:
         algo.v_max = cfg.task.value_max * algo.reward_scale if algo.v_max is None else algo.v_max
     _cross_checks(cfg)
     return cfg
-
-
-# Three-step targets keep HalfCheetah upright and Ant ahead on their 1,000-step episodes; on
-# Reacher's 50 and Pusher's 100 they lose to one-step targets, which beat SB3's SAC there while
-# three-step ones do not (docs/tuning.md, "The n-step default from the episode's length").
-SHORT_EPISODE_STEPS = 100
 
 
 def default_nstep(task_name: str) -> int:
