@@ -111,13 +111,14 @@ def test_double_q_target_with_smoothing_matches_reference():
     got = algo.td_target(batch, critic, policy)
     torch.manual_seed(7)
     eps = torch.randn(32, 3)
-    for b in range(32):
-        a = policy(batch["next_obs"][b:b + 1])[0]
-        a = torch.clamp(a + torch.clamp(eps[b] * 0.3, -0.4, 0.4), -1.0, 1.0)
-        x = torch.cat([batch["next_obs"][b], a]).unsqueeze(0)
-        q = min(float(critic.q1(x)), float(critic.q2(x)))
-        want = float(batch["reward"][b]) + float(batch["discount"][b]) * q
-        assert abs(float(got[b]) - want) < 1e-5
+    with torch.no_grad():
+        for b in range(32):
+            a = policy(batch["next_obs"][b:b + 1])[0]
+            a = torch.clamp(a + torch.clamp(eps[b] * 0.3, -0.4, 0.4), -1.0, 1.0)
+            x = torch.cat([batch["next_obs"][b], a]).unsqueeze(0)
+            q = min(float(critic.q1(x)), float(critic.q2(x)))
+            want = float(batch["reward"][b]) + float(batch["discount"][b]) * q
+            assert abs(float(got[b]) - want) < 1e-5
 
 
 def test_greedy_target_is_the_larger_of_the_n_step_and_one_step_targets():
