@@ -173,6 +173,29 @@ def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tm
     assert [end > limit + 0.1 for end in ends] == [False] * (len(ends) - 1) + [True], ends
 
 
+def test_rates_logged_after_an_evaluation_count_the_steps_made_during_it(make_config, tmp_path, monkeypatch):
+    """The roles step on while the main process evaluates, so the line logged after an evaluation
+    counts again: read before it, the counts were one evaluation old (on an H200, 21-24 s), and
+    the last interval of a 3-minute Ant run read 2.3 times its true rate. Each evaluation here
+    takes 1 s, in which the roles make steps; the rates row of the same tick must hold them."""
+    def one_second_evaluation(*args):
+        time.sleep(1.0)
+        return 0.0, 1.0
+
+    monkeypatch.setattr(run_module, "evaluate", one_second_evaluation)
+    train(make_config(SMALL + ["runtime.mode=process", "runtime.max_env_steps=100000000", "runtime.device=cpu",
+                               "runtime.max_time_s=20", "runtime.eval_every=200", "runtime.log_every_s=0.5"]))
+    columns = read_metrics(tmp_path / METRICS_CSV)
+    # Not the final tick's: the roles may have finished by then.
+    evaluated = np.flatnonzero(~np.isnan(columns[EVAL_RETURN]))
+    evaluated = evaluated[evaluated + 1 < len(columns["env_steps"]) - 1]
+    assert len(evaluated) >= 2, evaluated
+    # A tick logs its evaluation, then (its line being due) its rates: the next row.
+    assert all(not np.isnan(columns["perf/env_steps_per_s"][i + 1]) for i in evaluated)
+    before, after = columns["env_steps"][evaluated], columns["env_steps"][evaluated + 1]
+    assert (after > before).all(), list(zip(before, after))
+
+
 def tensors(state, prefix=""):
     """{path: tensor} of every tensor in a nested state (a checkpoint or a part of one)."""
     if isinstance(state, torch.Tensor):

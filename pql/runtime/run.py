@@ -253,13 +253,16 @@ class Monitor:
                 print(f"pql: warning: {e}; training goes on", file=sys.stderr, flush=True)
         now = time.monotonic()
         if now - self.last_log_time >= self.cfg.runtime.log_every_s or final:
+            # Counted again, with the clock: the roles ran on through the evaluation above (on a
+            # GPU 20 s or more), so the counts read before it would make the rates wrong.
+            counts = self.runner.counts()
             dt = max(now - self.last_log_time, 1e-9)
             rates = {("perf/env_steps_per_s" if k == "env_steps" else f"updates_per_s/{k}"): (v - self.last_counts[k]) / dt
                      for k, v in counts.items()}
             self.last_counts, self.last_log_time = counts, now
             ranks = {f"{k}.rank{r}": v for r, scalars in self.board.read().items() for k, v in scalars.items()}
-            self._log(env_steps, {**rates, **self.runner.scalars(), **ranks, "time/elapsed_s": self.elapsed()})
-            self.logger.progress(env_steps, self.latest)
+            self._log(counts["env_steps"], {**rates, **self.runner.scalars(), **ranks, "time/elapsed_s": self.elapsed()})
+            self.logger.progress(counts["env_steps"], self.latest)
 
     def _eval_would_overrun(self) -> bool:
         """Whether an evaluation now, as long as the last one, would end past runtime.max_time_s.
