@@ -116,6 +116,7 @@ class Figures:
     train: RunSummary | None = None
     resume: RunSummary | None = None
     resume_start: int | None = None  # the env steps the resume said it started from
+    unreleased: list[str] | None = None  # the training runs after which torch warned (None: none ran)
     curve: str | None = None         # the return curve's file name in the report directory
     mps: str | None = None           # what happened with MPS (--mps)
 
@@ -248,6 +249,18 @@ def resumed_from(output: str) -> int | None:
     """The env-step count a resumed run reports it started from ("pql: resuming from … at N env steps")."""
     match = re.search(r"resuming from .* at ([\d,]+) env steps", output)
     return int(match.group(1).replace(",", "")) if match else None
+
+
+# torch prints this as the main process exits when a role process exited still holding the main
+# process's CUDA tensors (SharedState.release); the run's results are complete by then.
+UNRELEASED_WARNING = "Producer process has been terminated before all shared CUDA tensors released"
+
+
+def release_verdict(unreleased: list[str]) -> str:
+    if unreleased:
+        return (f"**not released**: torch warned at the end of {' and '.join(unreleased)} that shared CUDA tensors "
+                "were not released (a role exited still holding the main process's)")
+    return "every role let go of the main process's CUDA tensors (torch printed no warning)"
 
 
 def tests_summary(output: str) -> str | None:
@@ -405,6 +418,8 @@ def training_section(fig: Figures) -> list[str]:
     if fig.resume is not None:
         ok, text = resume_verdict(fig.train.env_steps if fig.train else None, fig.resume_start, fig.resume.env_steps)
         lines += [f"Resume: {'ok' if ok else '**failed**'}: {text}.", ""]
+    if fig.unreleased is not None:
+        lines += [f"Shared CUDA tensors: {release_verdict(fig.unreleased)}.", ""]
     if fig.curve:
         lines += [f"![eval return of the train run]({fig.curve})", ""]
     return lines
@@ -455,6 +470,8 @@ def console_summary(results: list[StepResult], fig: Figures, report_path: str) -
     if fig.resume is not None:
         ok, text = resume_verdict(fig.train.env_steps if fig.train else None, fig.resume_start, fig.resume.env_steps)
         lines.append(f"resume: {'ok' if ok else 'FAILED'}: {text}")
+    if fig.unreleased is not None:
+        lines.append(f"shared CUDA tensors: {release_verdict(fig.unreleased).replace('**', '')}")
     if fig.train is not None and fig.train.evals:
         lines.append(f"train: eval return {fig.train.evals[-1][1]:,.1f} at {fig.train.evals[-1][0]:,} env steps")
     failed = [r for r in results if r.status != OK]
@@ -732,6 +749,9 @@ class Check:
         if self.resume_s is not None and os.path.isdir(self.resume_dir):
             fig.resume = run_summary(self.resume_dir, self.resume_s)
             fig.resume_start = resumed_from(self.results["resume"].output)
+        runs = [name for name in ("train", "resume") if name in self.results and self.results[name].output]
+        if runs:
+            fig.unreleased = [name for name in runs if UNRELEASED_WARNING in self.results[name].output]
         if os.path.isfile(self.path("curve")):
             fig.curve = FILES["curve"]
         return fig

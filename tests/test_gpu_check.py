@@ -159,7 +159,7 @@ def test_report_from_step_results_and_bench_rows():
         tests_summary="40 passed, 12 deselected in 31.20s",
         train=gpu_check.RunSummary(180, 9_000_000, 190.0, [(2_000_000, 500.0), (9_000_000, 2500.0)]),
         resume=gpu_check.RunSummary(45, 11_000_000, 240.0, [(11_000_000, 2600.0)]), resume_start=9_000_000,
-        curve="return_curve.png", mps="a daemon of the check's own served the learner bench")
+        curve="return_curve.png", mps="a daemon of the check's own served the learner bench", unreleased=["resume"])
     report = gpu_check.build_report(INFO, results, fig, budget_s=560)
     assert report.startswith("# pql GPU check, test")
     assert "**6 of 8 steps passed**" in report
@@ -178,6 +178,7 @@ def test_report_from_step_results_and_bench_rows():
     assert "n/a (torchrl not installed)" in report
     assert "| train | 180 | 9,000,000 | 190 | 2 | 2,500.0 | 2,500.0 |" in report
     assert "Resume: ok: started at 9,000,000 env steps" in report
+    assert "Shared CUDA tensors: **not released**: torch warned at the end of resume" in report
     assert "![eval return of the train run](return_curve.png)" in report
     assert "### env throughput: failed (exit 1)" in report and "OutOfMemoryError: CUDA out of memory\n```" in report
     assert "python train.py task=Ant checkpoint=x" in report  # the commands, to rerun a step
@@ -254,6 +255,7 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     assert "MPS (--mps): not used: pql-test-no-such-mps-control is not on PATH" in report
     assert "Resume: ok: started at 1,000 env steps (the train checkpoint's count) and ended at 2,000" in report
     assert "| train | 2 | 1,000 | 2 | 2 | 300.0 | 300.0 |" in report
+    assert "Shared CUDA tensors: every role let go of the main process's CUDA tensors" in report
     assert "![eval return of the train run](return_curve.png)" in report
     assert "### kernels bench (Triton vs reference vs torchrl): failed (exit 1)" in report
     assert "compiling\nboom\n```" in report
@@ -274,6 +276,22 @@ def test_a_resume_that_starts_over_fails_the_check(tmp_path, monkeypatch):
     check.run_all()
     report = (out / "report.md").read_text()
     assert "Resume: **failed**: the resumed run never said it was resuming" in report
+
+
+def test_a_run_that_leaves_shared_cuda_tensors_behind_is_reported(tmp_path, monkeypatch):
+    """torch's warning at the end of a training run (a role exited holding the main process's CUDA
+    tensors) is found in the run's output and named in the report."""
+    out, runs = tmp_path / "report", tmp_path / "runs"
+    fake_train = tmp_path / "fake_train.py"
+    fake_train.write_text(FAKE_TRAIN + "sys.stderr.write('[W CudaIPCTypes.cpp:16] ' + %r)\n"
+                          % (gpu_check.UNRELEASED_WARNING + ". See Note [Sharing CUDA tensors]\n"))
+    monkeypatch.setattr(gpu_check, "TRAIN", str(fake_train))
+    args = gpu_check.parse_args(["--out", str(out), "--runs-dir", str(runs), "--steps", "train", "resume",
+                                 "--train-seconds", "2", "--resume-seconds", "1"])
+    out.mkdir()
+    gpu_check.Check(args, str(out), str(runs), INFO).run_all()
+    report = (out / "report.md").read_text()
+    assert "Shared CUDA tensors: **not released**: torch warned at the end of train and resume" in report
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 import types
+import weakref
 
 import numpy as np
 import pytest
@@ -23,7 +24,9 @@ from pql.runtime import run as run_module
 from pql.runtime import train
 from pql.runtime.control import RatioController, RatioCounters
 from pql.runtime.run import EVAL_SEED_OFFSET
-from pql.runtime.shared import Wakeup
+from pql.runtime.shared import RunCounters, RunStats, Wakeup, make_shared_state
+from pql.runtime.supervisor import role_process
+from pql.runtime.weight_sync import SharedWeights
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 
 from conftest import alive, running, started_roles
@@ -537,6 +540,43 @@ def test_raising_role_reports_its_traceback(make_config, tmp_path):
     assert "role v_learner failed" in proc.stderr and "Traceback" in proc.stderr and "size mismatch" in proc.stderr
     log = (tmp_path / "resumed" / "train.log").read_text()  # the console, error included, kept in the run dir
     assert log.startswith("pql: task=InvertedPendulum") and "role v_learner failed" in log and "size mismatch" in log
+
+
+def _work_with(shared) -> list:
+    """A role's work: objects of its own that refer to the shared tensors and to each other."""
+    role = types.SimpleNamespace(ring=shared.ring["x"], flat=shared.weights["w"].flat)
+    role.me = role
+    role.ring.add_(1)
+    return [weakref.ref(role.ring), weakref.ref(role.flat)]
+
+
+def _finish_a_role(shared, answer) -> None:
+    with role_process("probe", shared, 1, None):
+        refs = _work_with(shared)
+    answer.put(sum(ref() is not None for ref in refs))
+
+
+def test_a_role_that_finishes_lets_go_of_the_shared_tensors():
+    """torch gives a role's hold on the main process's CUDA tensors back only when the role frees
+    them; one that exits still holding them never does (on an H200 the main process then warned at
+    exit that shared CUDA tensors were not released). Here on the CPU: once a role's frame has
+    closed, nothing in the role process refers to the ring or the weights any more."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    shared = make_shared_state(RunCounters(), RunStats(), {"x": ((4,), torch.float32)}, (3, 2), "cpu",
+                               {"w": SharedWeights(torch.nn.Linear(2, 2), "cpu")}, ("probe",), ctx)
+    answer = ctx.Queue()
+    role = ctx.Process(target=_finish_a_role, args=(shared, answer), daemon=True)
+    role.start()
+    try:
+        assert answer.get(timeout=60) == 0
+        role.join(timeout=30)
+        assert role.exitcode == 0
+        assert float(shared.ring["x"].sum()) == 3 * 2 * 4  # the role did its work on the shared ring
+    finally:
+        if role.is_alive():
+            role.kill()
 
 
 def test_evaluation_runs_on_one_thread_and_gives_the_count_back(make_config):

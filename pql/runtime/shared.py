@@ -89,6 +89,14 @@ class SharedState:
     errors: object = None            # queue of (role, traceback) from failing roles
     checkpoint_parts: object = None  # queue of (request id, role, serialized state)
 
+    def release(self) -> None:
+        """Drop this process's references to the ring and the weights. Each role process must,
+        before it exits: torch counts a role's hold on the main process's CUDA tensors and gives
+        the count back only when the role frees them, and a role that exits still holding them
+        never does (torch then warns, as the main process exits, that shared CUDA tensors were not
+        released; measured on an H200, docs/gpu.md)."""
+        self.ring, self.weights = {}, {}
+
     @property
     def ring_slots(self) -> int:
         return next(iter(self.ring.values())).shape[0]

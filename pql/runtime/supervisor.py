@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import io
 import os
 import queue
@@ -57,7 +58,9 @@ def role_process(name: str, shared: SharedState, threads: int, log_path: str | N
     """The frame of every role process: it dies with its parent, leaves Ctrl-C and SIGTERM to
     the main process (which asks for this role's state, then stops it), copies what it prints
     into log_path (train.log; None: no copy), and on any exception hands its traceback to the
-    main process through shared.errors, stops the run and exits."""
+    main process through shared.errors, stops the run and exits. The body must keep no reference
+    to the shared tensors once it is done (call a function that holds them): on a normal exit this
+    frame releases them (SharedState.release) while CUDA still runs."""
     _prepare_role_process(name)
     for s in STOP_SIGNALS:  # sent to the whole process group by a terminal, SLURM
         signal.signal(s, signal.SIG_IGN)
@@ -76,6 +79,8 @@ def role_process(name: str, shared: SharedState, threads: int, log_path: str | N
         shared.counters.stop = 1
         shared.wake()
         os._exit(1)
+    shared.release()
+    gc.collect()  # the role's objects refer to each other
 
 
 def role_log_path(cfg) -> str | None:

@@ -73,29 +73,35 @@ def build_role(name: str, cfg, shared: SharedState, algo, device, ratios: RatioC
 
 def role_main(name: str, cfg, shared: SharedState, obs_dim: int, act_dim: int, resume: dict | None,
               threads: int) -> None:
-    """Entry point of a role process."""
+    """Entry point of a role process. The role lives in serve(), whose frame ends, and with it the
+    role's hold on the shared tensors, before role_process releases them."""
     with role_process(name, shared, threads, role_log_path(cfg)):
-        device = use_device(role_device(cfg, name))
-        # Each replica explores with noise of its own (networks start from rank 0's: learners.py).
-        torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 17 * (ROLE_NAMES.index(name) + 1))
-        ratios = make_ratios(cfg, shared)
-        role = build_role(name, cfg, shared, make_rules(cfg, obs_dim, act_dim), device, ratios, obs_dim, act_dim,
-                          fresh_start=resume is None)
-        if resume is not None:
-            role.load_state_dict(resume["roles"][name])
-        waiter = Waiter(shared.counters, shared.wakeup, name, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
-                        ratios.started)
-        # Requests are numbered from 1 in each launch; one made while this role was starting is
-        # still answered (reading the counter here instead would skip it, and the main process
-        # would wait for this role's state for ever).
-        served = 0
+        serve(name, cfg, shared, obs_dim, act_dim, resume)
 
-        def checkpoint_due() -> bool:
-            return shared.counters.checkpoint_request > served
 
-        while waiter.wait(lambda: checkpoint_due() or role.ready(), role.idle, f"{name} to be allowed to run"):
-            if checkpoint_due():
-                served = shared.counters.checkpoint_request
-                hand_in(shared, served, name, role.state_dict())
-                continue
-            role.step()
+def serve(name: str, cfg, shared: SharedState, obs_dim: int, act_dim: int, resume: dict | None) -> None:
+    """Build role `name` and run it until the run stops, answering checkpoint requests."""
+    device = use_device(role_device(cfg, name))
+    # Each replica explores with noise of its own (networks start from rank 0's: learners.py).
+    torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 17 * (ROLE_NAMES.index(name) + 1))
+    ratios = make_ratios(cfg, shared)
+    role = build_role(name, cfg, shared, make_rules(cfg, obs_dim, act_dim), device, ratios, obs_dim, act_dim,
+                      fresh_start=resume is None)
+    if resume is not None:
+        role.load_state_dict(resume["roles"][name])
+    waiter = Waiter(shared.counters, shared.wakeup, name, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
+                    ratios.started)
+    # Requests are numbered from 1 in each launch; one made while this role was starting is
+    # still answered (reading the counter here instead would skip it, and the main process
+    # would wait for this role's state for ever).
+    served = 0
+
+    def checkpoint_due() -> bool:
+        return shared.counters.checkpoint_request > served
+
+    while waiter.wait(lambda: checkpoint_due() or role.ready(), role.idle, f"{name} to be allowed to run"):
+        if checkpoint_due():
+            served = shared.counters.checkpoint_request
+            hand_in(shared, served, name, role.state_dict())
+            continue
+        role.step()

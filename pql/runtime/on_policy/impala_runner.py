@@ -111,15 +111,19 @@ class ImpalaActor:
 
 
 def actor_main(cfg, shared: SharedState, threads: int) -> None:
-    """Entry point of the actor process."""
+    """Entry point of the actor process (its actor lives in serve_actor, as role_main's role does)."""
     with role_process("actor", shared, threads, role_log_path(cfg)):
-        device = use_device(cfg.runtime.device)
-        # A resumed run does not replay the noise of the first launch.
-        torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 1 + shared.counters.env_steps)
-        queue = TrajectoryQueue(shared.counters, cfg.algo.queue_size)
-        actor = ImpalaActor(cfg, shared, queue, device)
-        while make_waiter(cfg, shared, queue, "actor").wait(actor.ready, lambda: None, "a free trajectory slot"):
-            actor.step()
+        serve_actor(cfg, shared)
+
+
+def serve_actor(cfg, shared: SharedState) -> None:
+    device = use_device(cfg.runtime.device)
+    # A resumed run does not replay the noise of the first launch.
+    torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 1 + shared.counters.env_steps)
+    queue = TrajectoryQueue(shared.counters, cfg.algo.queue_size)
+    actor = ImpalaActor(cfg, shared, queue, device)
+    while make_waiter(cfg, shared, queue, "actor").wait(actor.ready, lambda: None, "a free trajectory slot"):
+        actor.step()
 
 
 class ImpalaRunner(OnPolicyRunner):
