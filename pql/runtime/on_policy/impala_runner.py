@@ -117,6 +117,7 @@ def actor_main(cfg, shared: SharedState, threads: int) -> None:
 
 
 def serve_actor(cfg, shared: SharedState) -> None:
+    """Build the IMPALA actor and fill trajectory slots until the run stops."""
     device = use_device(cfg.runtime.device)
     # A resumed run does not replay the noise of the first launch.
     torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 1 + shared.counters.env_steps)
