@@ -256,11 +256,12 @@ def resumed_from(output: str) -> int | None:
 UNRELEASED_WARNING = "Producer process has been terminated before all shared CUDA tensors released"
 
 
-def release_verdict(unreleased: list[str]) -> str:
+def release_verdict(unreleased: list[str]) -> tuple[bool, str]:
+    """(every role released the shared CUDA tensors, what the runs' output says), as resume_verdict."""
     if unreleased:
-        return (f"**not released**: torch warned at the end of {' and '.join(unreleased)} that shared CUDA tensors "
-                "were not released (a role exited still holding the main process's)")
-    return "every role let go of the main process's CUDA tensors (torch printed no warning)"
+        return False, (f"torch warned at the end of {' and '.join(unreleased)} that shared CUDA tensors were not "
+                       "released (a role exited still holding the main process's)")
+    return True, "every role let go of the main process's CUDA tensors (torch printed no warning)"
 
 
 def tests_summary(output: str) -> str | None:
@@ -419,7 +420,8 @@ def training_section(fig: Figures) -> list[str]:
         ok, text = resume_verdict(fig.train.env_steps if fig.train else None, fig.resume_start, fig.resume.env_steps)
         lines += [f"Resume: {'ok' if ok else '**failed**'}: {text}.", ""]
     if fig.unreleased is not None:
-        lines += [f"Shared CUDA tensors: {release_verdict(fig.unreleased)}.", ""]
+        ok, text = release_verdict(fig.unreleased)
+        lines += [f"Shared CUDA tensors: {'' if ok else '**not released**: '}{text}.", ""]
     if fig.curve:
         lines += [f"![eval return of the train run]({fig.curve})", ""]
     return lines
@@ -471,7 +473,8 @@ def console_summary(results: list[StepResult], fig: Figures, report_path: str) -
         ok, text = resume_verdict(fig.train.env_steps if fig.train else None, fig.resume_start, fig.resume.env_steps)
         lines.append(f"resume: {'ok' if ok else 'FAILED'}: {text}")
     if fig.unreleased is not None:
-        lines.append(f"shared CUDA tensors: {release_verdict(fig.unreleased).replace('**', '')}")
+        ok, text = release_verdict(fig.unreleased)
+        lines.append(f"shared CUDA tensors: {'' if ok else 'NOT RELEASED: '}{text}")
     if fig.train is not None and fig.train.evals:
         lines.append(f"train: eval return {fig.train.evals[-1][1]:,.1f} at {fig.train.evals[-1][0]:,} env steps")
     failed = [r for r in results if r.status != OK]
