@@ -1,9 +1,25 @@
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+# pql/__init__.py defines the version once; read, not imported (importing pql needs its requirements).
+VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "pql" / "__init__.py").read_text(), re.M).group(1)
 
 setup(
     name="pql",
-    version="0.1.0",
+    version=VERSION,
     description="GPU-native parallel off-policy RL (Parallel Q-Learning) for PyTorch",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    license_files=["LICENSE", "tasks/mujoco/assets/LICENSE"],
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     python_requires=">=3.10",
     packages=find_packages(include=["pql", "pql.*", "tasks", "tasks.*"]),
     package_data={"tasks": ["mujoco/assets/*.xml", "mujoco/assets/LICENSE*"]},

@@ -1,10 +1,18 @@
-"""python train.py task=Ant [algo=pql] [key=value ...]   (Hydra; see README.md for every key)."""
+"""python train.py task=Ant [algo=pql] [key=value ...]   (Hydra; `--help` for pql's own text, and
+docs/configuration.md for every key)."""
 from __future__ import annotations
 
 import os
 import sys
 
-from pql.cli import import_isaacgym_first
+from pql.cli import import_isaacgym_first, usage
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cfg")
+
+# pql's --help replaces Hydra's generic one, and answers before torch is imported.
+if __name__ == "__main__" and any(arg in ("--help", "-h") for arg in sys.argv[1:]):
+    print(usage(CONFIG_DIR))
+    sys.exit(0)
 
 # Isaac Gym refuses to load once torch is imported, and the imports below bring torch in. A role
 # process started by spawn runs this module's top level again (as __mp_main__, with the parent's
@@ -66,12 +74,12 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    from pql.cli import check_overrides, expand_isaacgym_task, quiet_replica
+    from pql.cli import expand_isaacgym_task, preflight, quiet_replica
 
     try:
         sys.argv[1:] = quiet_replica(expand_isaacgym_task(sys.argv[1:]))  # Hydra reads sys.argv
-        check_overrides(sys.argv[1:], os.path.join(os.path.dirname(os.path.abspath(__file__)), "cfg"))
-    except ConfigError as e:
+        preflight(sys.argv[1:], CONFIG_DIR)  # before Hydra creates the run directory
+    except (ConfigError, CheckpointError) as e:
         print(f"pql: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     main()

@@ -68,7 +68,7 @@ TAIL_LINES = 25
 FILES = {"report": "report.md", "log": "log.txt", "env": "env_throughput.csv", "learner": "learner.csv",
          "learner_mps": "learner_mps.csv", "kernels": "kernels.csv", "curve": "return_curve.png"}
 MPS_CONTROL = "nvidia-cuda-mps-control"
-# The targets README states for an H100/H200 (nothing measured yet).
+# The H100/H200 targets (docs/gpu.md, "Current figures").
 TARGET_ENV_STEPS_PER_S, TARGET_CRITIC_UPDATES_PER_S, TARGET_EFFICIENCY = 1_000_000, 1_000, 0.8
 TARGET_SUMTREE_US, TARGET_VTRACE_SPEEDUP = 100.0, 20.0
 
@@ -340,7 +340,7 @@ def kernel_time(rows: list[dict], prefix: str, impl: str) -> float | None:
 
 
 def targets(fig: Figures) -> list[list[str]]:
-    """README's GPU targets: [target, measured, verdict] rows."""
+    """The GPU targets (docs/gpu.md): [target, measured, verdict] rows."""
     def verdict(value: float | None, ok: bool) -> str:
         return "not measured" if value is None else "met" if ok else "**not met**"
 
@@ -447,7 +447,7 @@ def build_report(info: dict, results: list[StepResult], fig: Figures, budget_s: 
         step_rows.append([r.title, status if r.status == OK else f"**{status}**",
                           "—" if r.status == SKIPPED else fmt_duration(r.seconds)])
     lines += table(["step", "status", "time"], step_rows, "llr") + [""]
-    lines += ["## Targets (README, H100/H200)", "", *table(["target", "measured", ""], targets(fig), "lrl"), ""]
+    lines += ["## Targets (docs/gpu.md, H100/H200)", "", *table(["target", "measured", ""], targets(fig), "lrl"), ""]
     if fig.env:
         lines += env_section(fig.env)
     if fig.learner or fig.learner_mps:

@@ -1,8 +1,9 @@
 """Command-line handling that runs before Hydra composes a job (and before torch is imported).
 
 Hydra rejects an override of a key that does not exist with a multi-line message and exit
-code 1; pql promises one line naming the key, the value and what is allowed, and exit code 2,
-for every bad config. So overrides are checked here against the composed defaults first.
+code 1, and it creates the run directory before the job sees its settings; pql promises one line
+naming the key, the value and what is allowed, exit code 2, and nothing written, for every bad
+config. So `preflight` composes and validates every job here first. `usage` is pql's --help.
 
 `task=isaacgym/<Task>` is not a file under cfg/task/: `expand_isaacgym_task` turns it into the
 `isaacgym` group option plus `task.name`, and `import_isaacgym_first` loads Isaac Gym before
@@ -13,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import tempfile
+import textwrap
 
 from pql.config import ConfigError
 
@@ -94,43 +97,169 @@ def _group_options(key: str, config_dir: str) -> list[str] | None:
     return sorted(options) if found else None
 
 
-def check_overrides(argv: list[str], config_dir: str, config_name: str = "config") -> None:
-    """Raise ConfigError for an override of an unknown key or a missing group option.
+def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The overrides of each job a command launches: one job without -m/--multirun, every
+    combination of the sweeps with it (as Hydra's basic sweeper forms them). Raises ConfigError
+    for a sweep without -m and for an override Hydra cannot parse."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
-    Keys are checked against every combination of the group choices a sweep names: an
-    algorithm's keys are its own (`algo=pql,sac algo.exploration=ape_x` fails for sac)."""
+    parser, choices = OverridesParser.create(), []
+    for arg in overrides:
+        key, _, value = arg.partition("=")
+        try:
+            override = parser.parse_override(arg)
+        except HydraException as e:
+            raise ConfigError(key, value, f"a value in Hydra's override grammar ({str(e).splitlines()[0]})") from e
+        if not override.is_sweep_override():
+            choices.append([arg])
+        elif not multirun:
+            raise ConfigError(key, value, "one value (add -m to sweep over several; [a,b] is a list)")
+        elif not override.is_discrete_sweep():
+            raise ConfigError(key, value, "a list of values to sweep (a,b,c), choice(...) or range(...)")
+        else:
+            choices.append([f"{override.get_key_element()}={choice}" for choice in override.sweep_string_iterator()])
+    return [list(job) for job in itertools.product(*choices)]
+
+
+def _check_keys(job: list[str], tree: dict, groups: set[str]) -> None:
+    """Raise ConfigError for an override of a key the composed config `tree` does not have."""
+    picked = " ".join(f"{key}={value}" for key, value in _overrides(job) if key in groups)
+    picked = f" with {picked}" if picked else ""
+    for key, value in _overrides(job):
+        if key in groups:
+            continue
+        node, parts = tree, key.split(".")
+        for i, part in enumerate(parts):
+            if not isinstance(node, dict) or part not in node:
+                where = ".".join(parts[:i]) or "the top level"
+                known = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
+                raise ConfigError(key, value, f"an existing key{picked}; keys under {where}: {known}")
+            node = node[part]
+
+
+def _check_run_dir(key: str, path: str) -> None:
+    """Raise ConfigError unless this user can create `path` (Hydra's run or sweep directory) or
+    write into it. The directory itself is left to Hydra: only a probe is made and removed in
+    its deepest existing ancestor."""
+    path = os.path.abspath(path)
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(key, path, f"a directory ({existing} is a file)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".pql-probe-", dir=existing))
+    except OSError as e:
+        raise ConfigError(key, path, f"a directory this user can create and write ({existing}: {e.strerror})") from e
+
+
+def _compose(config_dir: str, config_name: str, overrides: list[str]):
+    """The config a job with these overrides runs, Hydra's own node included."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            return compose(config_name, overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> None:
+    """Check everything a job's settings can get wrong before Hydra creates a run directory, so
+    that a bad setting leaves nothing behind: unknown keys and group options, every value of
+    every job of a sweep (load_config, then the device's defaults and sizes), the checkpoint to
+    resume, and whether the run (or sweep) directory can be created.
+
+    Keys are checked against each job's own composition: an algorithm's keys are its own
+    (`-m algo=pql,sac algo.exploration=ape_x` fails for sac). Raises ConfigError, or
+    CheckpointError for a checkpoint that cannot be read."""
+    from hydra._internal.utils import get_args_parser  # Hydra's own command line: argv read as Hydra reads it
+    from hydra.core.utils import setup_globals
+    from hydra.errors import ConfigCompositionException
     from omegaconf import OmegaConf
 
-    from pql.config import register_configs
+    from pql.config import apply_device_defaults, load_config, register_configs
+    from pql.runtime.distributed import Replicas
+    from pql.runtime.run import load_resume
 
+    args = get_args_parser().parse_args(argv)
+    if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun:
+        return  # Hydra prints something or reruns a pickled job: no settings of a new job to check
+    config_name = args.config_name or config_name
     register_configs()
-    overrides = _overrides(argv)
-    groups = {}
-    for key, value in overrides:
-        options = _group_options(key, config_dir)
-        if options is None:
-            continue
-        for choice in value.split(","):
-            if choice not in options:
+    setup_globals()  # Hydra's ${now:...} resolver, which the run directory's name uses
+    replicas = Replicas.from_env()
+    jobs = _jobs(args.overrides, args.multirun)
+    groups = {key for key, _ in _overrides(args.overrides) if _group_options(key, config_dir) is not None}
+    for job in jobs:
+        for key, value in _overrides(job):
+            options = _group_options(key, config_dir)
+            if options is not None and value not in options:
                 shown = [ISAACGYM_PREFIX + "<Task>" if (key, o) == ("task", ISAACGYM_OPTION) else o for o in options]
-                raise ConfigError(key, choice, f"one of {', '.join(shown)}")
-        groups[key] = value.split(",")
-    for choices in itertools.product(*([f"{key}={choice}" for choice in values] for key, values in groups.items())):
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=config_dir, version_base=None):
-            cfg = compose(config_name, overrides=list(choices))
-        GlobalHydra.instance().clear()
-        tree = OmegaConf.to_container(cfg, resolve=False)
-        picked = f" with {' '.join(choices)}" if choices else ""
-        for key, value in overrides:
-            if key in groups:
-                continue
-            node, parts = tree, key.split(".")
-            for i, part in enumerate(parts):
-                if not isinstance(node, dict) or part not in node:
-                    where = ".".join(parts[:i]) or "the top level"
-                    known = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
-                    raise ConfigError(key, value, f"an existing key{picked}; keys under {where}: {known}")
-                node = node[part]
+                raise ConfigError(key, value, f"one of {', '.join(shown)}")
+        try:
+            composed = _compose(config_dir, config_name, job)
+        except ConfigCompositionException as e:
+            # An override of a key the config does not have: name the keys there are instead.
+            chosen = [arg for arg in job if arg.partition("=")[0] in groups]
+            _check_keys(job, OmegaConf.to_container(_compose(config_dir, config_name, chosen), resolve=False), groups)
+            raise ConfigError("override", " ".join(job), str(e).splitlines()[0]) from e
+        settings = OmegaConf.masked_copy(composed, [key for key in composed if key != "hydra"])
+        settings.run_dir = "."  # Hydra's own output directory, which is not made yet
+        cfg = load_config(OmegaConf.to_container(settings, resolve=True))
+        apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world, announce=False)
+        load_resume(cfg, replicas.world)
+        if job is jobs[0]:
+            key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
+            _check_run_dir(key, OmegaConf.select(composed, key))
+
+
+# The overrides people use most, for `python train.py --help`: (override, what it does).
+COMMON_OVERRIDES = (
+    ("task=Humanoid", "the task (a file in cfg/task/, or isaacgym/<Task>)"),
+    ("algo=sac", "the algorithm"),
+    ("runtime.device=cpu", "auto (CUDA if there is one), cpu, cuda or cuda:<index>"),
+    ("task.num_envs=8192", "training envs (by default sized for the device)"),
+    ("runtime.max_time_s=600", "a wall-time budget in seconds"),
+    ("runtime.max_env_steps=5000000", "an env-step budget"),
+    ("runtime.seed=1", "the random seed"),
+    ("algo.beta_av=8 algo.beta_pv=4", "the update ratios β_a:v = 1:8 and β_p:v = 1:4"),
+    ("replay.kind=prioritized", "prioritized replay (Triton sum-tree on CUDA)"),
+    ("runtime.mode=sequential", "the three roles in one process, deterministic under a seed"),
+    ("checkpoint=runs/<run>/checkpoint.pt", "resume that run (add test=true to evaluate it instead)"),
+    ("hydra.run.dir=runs/ant", "where the run writes (default runs/<date>_<time>_<task>_<algo>)"),
+    ("wandb.activate=true", "log to Weights & Biases as well as TensorBoard"),
+)
+
+
+def usage(config_dir: str) -> str:
+    """pql's `python train.py --help`: what it is, the overrides people use, the tasks and
+    algorithms there are, and where the full reference is."""
+    from pql import __version__
+    from pql.config import ALGORITHMS
+
+    tasks = sorted(f[:-len(".yaml")] for f in os.listdir(os.path.join(config_dir, "task"))
+                   if f.endswith(".yaml") and f != f"{ISAACGYM_OPTION}.yaml")
+    width = max(len(override) for override, _ in COMMON_OVERRIDES)
+    return "\n".join([
+        f"pql {__version__}: Parallel Q-Learning (Li et al., ICML 2023) and its family for PyTorch.",
+        "",
+        "usage: python train.py [key=value ...]            train (Ctrl-C writes a checkpoint and stops)",
+        "       python train.py -m key=a,b [key=c,d ...]   a sweep: one run per combination, one after another",
+        "       torchrun --nproc_per_node=N train.py ...    N data-parallel replicas (docs/distributed.md)",
+        "",
+        "common overrides:",
+        *(f"  {override:<{width}}  {what}" for override, what in COMMON_OVERRIDES),
+        "",
+        textwrap.fill(", ".join([*tasks, "isaacgym/<Task>"]), 100, initial_indent="tasks:      ",
+                      subsequent_indent=" " * 12),
+        f"algorithms: {', '.join(ALGORITHMS)}",
+        "",
+        "Every key, its default and what it allows: docs/configuration.md (or python -m pql.config).",
+        "A run writes runs/<date>_<time>_<task>_<algo>/: train.log, metrics.csv, TensorBoard events,",
+        "checkpoint.pt, learning_curve.png (docs/logging.md). Compare runs: python -m pql.plot RUN_DIR ...",
+        "Hydra's own options: python train.py --hydra-help; the composed settings: python train.py --cfg job",
+    ])

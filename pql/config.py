@@ -5,7 +5,8 @@ Hydra's ConfigStore (every group but algo as `pql_base`, one `algo` option per a
 ALGORITHMS), with cfg/task/<Task>.yaml on top. `load_config` turns the composed mapping into
 these dataclasses and checks every value. A bad value raises `ConfigError` naming the key, the
 value and what is allowed; `train.py` prints that one line and exits with code 2. Code past
-this point never reads raw dicts. README's configuration reference is `reference_markdown()`.
+this point never reads raw dicts. The configuration reference (docs/configuration.md) is
+`reference_markdown()`.
 
 Ratios follow the paper's notation β_a:v = 1:beta_av (critic updates per batched actor step,
 i.e. per `num_envs` env steps) and β_p:v = 1:beta_pv (critic updates per policy update).
@@ -33,7 +34,7 @@ def _opt(default, allowed: Union[str, Callable[[], str]], check: Callable[[Any],
     """A field with its constraint, checked by `_build` (None always passes for Optional fields).
 
     allowed: what the error line expects (a callable for text built from names defined later);
-    doc: what the key means, where `allowed` does not say it (README's reference shows both);
+    doc: what the key means, where `allowed` does not say it (the reference shows both);
     on_device: (on CUDA, on CPU), what null becomes (`apply_device_defaults`); a string names the
     sibling key whose value it takes.
     """
@@ -653,11 +654,13 @@ def _check_sizes(cfg: Config) -> None:
                                                                 f"{algo.horizon * num_envs} (one sample per minibatch at least)")
 
 
-def apply_device_defaults(cfg: Config, local_rank: int | None = None, replicas: int = 1):
+def apply_device_defaults(cfg: Config, local_rank: int | None = None, replicas: int = 1, announce: bool = True):
     """Resolve `device: auto` (to cpu or cuda:N) and the null settings for the device, check what
-    the device cannot run, print the settings, return the device. local_rank: this replica's
-    rank on its machine under torchrun (None without)."""
+    the device cannot run, print the settings (unless not `announce`: a check before the run),
+    return the device. local_rank: this replica's rank on its machine under torchrun (None without)."""
     import torch
+
+    from pql import __version__
 
     if local_rank is None:
         device = cfg.runtime.device = _resolve_device(cfg.runtime.device)
@@ -679,13 +682,15 @@ def apply_device_defaults(cfg: Config, local_rank: int | None = None, replicas: 
     _check_sizes(cfg)
     runtime = cfg.runtime
     replay = cfg.replay
+    if not announce:
+        return torch.device(device)
     if replay.rerank_every is not None and replay.capacity // replay.rerank_every > RERANK_WARN_ITEMS_PER_UPDATE:
         print(f"pql: warning: replay.rerank_every={replay.rerank_every} re-sorts all {replay.capacity:,} items every "
               f"{replay.rerank_every} critic updates ({replay.capacity // replay.rerank_every:,} items per update; one "
               "sort of 2^20 items takes ~0.15 s on a 2-core CPU, docs/kernels.md); null re-sorts every "
               "capacity / batch_size updates", flush=True)
     per_replica = " (num_envs, batch_size and replay per replica; env steps of all)"
-    print(f"pql: task={cfg.task.name} algo={cfg.algo.name} device={device} num_envs={cfg.task.num_envs} "
+    print(f"pql {__version__}: task={cfg.task.name} algo={cfg.algo.name} device={device} num_envs={cfg.task.num_envs} "
           f"mode={cfg.runtime.mode}" + (f" replicas={replicas}{per_replica}" if replicas > 1 else "")
           + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
           + (f" nstep={cfg.algo.nstep}" if hasattr(cfg.algo, "nstep") else "")
@@ -736,7 +741,7 @@ def _yaml(value) -> str:
 
 
 def _rows(key: str, f: dataclasses.Field, value) -> list[str]:
-    """README table rows of field `f` at `key` with default `value`; a nested group's flattened."""
+    """Reference table rows of field `f` at `key` with default `value`; a nested group's flattened."""
     if dataclasses.is_dataclass(value):
         return [row for g in dataclasses.fields(value) for row in _rows(f"{key}.{g.name}", g, getattr(value, g.name))]
     meaning = "; ".join(text for text in (f.metadata["doc"], _allowed(f)) if text).replace("|", r"\|")
@@ -770,7 +775,7 @@ def _algo_reference() -> list[str]:
 
 
 def reference_markdown() -> str:
-    """README's configuration reference: one table per group, rendered from the fields above (the
+    """The configuration reference: one table per group, rendered from the fields above (the
     key, its default and its meaning and allowed values)."""
     blocks, top = [], []
     for f in dataclasses.fields(Config):
@@ -785,7 +790,7 @@ def reference_markdown() -> str:
 
 
 def _update_reference(path: str) -> None:
-    """Rewrite the text between the reference markers in `path` (README.md)."""
+    """Rewrite the text between the reference markers in `path` (docs/configuration.md)."""
     with open(path, encoding="utf-8") as file:
         text = file.read()
     if text.count(_REFERENCE_START) != 1 or text.count(_REFERENCE_END) != 1:
@@ -799,7 +804,7 @@ def _update_reference(path: str) -> None:
 if __name__ == "__main__":
     import sys
 
-    # python -m pql.config: print the reference; python -m pql.config README.md: update it there.
+    # python -m pql.config: print the reference; python -m pql.config docs/configuration.md: update it there.
     if len(sys.argv) > 1:
         _update_reference(sys.argv[1])
     else:

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pql.cli import check_overrides
+from pql.cli import preflight
 from pql.config import (ALGORITHMS, Config, ConfigError, ImpalaConfig, OffPolicyConfig, PPOConfig, PQLConfig,
                         PQLDConfig, SACConfig, TaskConfig, load_config, register_configs)
 from tasks import TASK_NAMES
@@ -114,14 +114,20 @@ def test_early_ratio_keys_come_together(overrides, message):
     (["algo=ppo", "algo.minibatches=100000"], "algo.minibatches=100000 is not allowed; expected at most "
                                               "algo.horizon * task.num_envs = 4096"),
     (["algo.nstep=2000"], "algo.nstep=2000 is not allowed; expected an integer <= 1000 (the longest Ant episode)"),
+    (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected a number in (0, 1]"),
+    (["algo.beta_pv=1,2"], "algo.beta_pv='1,2' is not allowed; expected one value (add -m to sweep"),
+    (["algo.gamma=[0.9"], "algo.gamma='[0.9' is not allowed; expected a value in Hydra's override grammar"),
 ])
-def test_cli_exits_2_with_one_line(argv, needle):
-    proc = subprocess.run([sys.executable, "train.py", *argv, "hydra.run.dir=/tmp/pql-test-bad-config"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_cli_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path):
+    # The run (or sweep) directory is where Hydra would write: a bad setting must leave none.
+    proc = subprocess.run([sys.executable, "train.py", *argv, f"hydra.run.dir={tmp_path / 'run'}",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+    assert os.listdir(tmp_path) == []
 
 
 def numeric_keys(value, prefix=""):
@@ -300,7 +306,7 @@ def test_bad_pql_d_support():
 
 def test_old_sync_keys_are_unknown():
     with pytest.raises(ConfigError, match=r"runtime.policy_sync_every='2' is not allowed; expected an existing key"):
-        check_overrides(["runtime.policy_sync_every=2"], CFG_DIR)
+        preflight(["runtime.policy_sync_every=2"], CFG_DIR)
     with pytest.raises(ConfigError, match=r"runtime.policy_sync_every=2 is not allowed; expected one of the keys"):
         load_config({"runtime": {"policy_sync_every": 2}})
 
@@ -320,19 +326,19 @@ def test_warmup_steps_may_be_zero():
 
 
 def test_a_sweep_over_algorithms_composes_each():
-    check_overrides(["-m", "algo=pql,sac", "algo.gamma=0.9", "runtime.seed=1,2"], CFG_DIR)
+    preflight(["-m", "algo=pql,sac", "algo.gamma=0.9", "runtime.seed=1,2"], CFG_DIR)
     for name in ("pql", "sac"):
         assert load_config(composed([f"algo={name}", "algo.gamma=0.9"])).algo.name == name
     with pytest.raises(ConfigError, match=r"algo.exploration='ape_x' is not allowed; expected an existing key with algo=sac"):
-        check_overrides(["-m", "algo=pql,sac", "algo.exploration=ape_x"], CFG_DIR)
+        preflight(["-m", "algo=pql,sac", "algo.exploration=ape_x"], CFG_DIR)
 
 
 def test_unknown_group_option_lists_the_config_store_options():
     with pytest.raises(ConfigError, match=r"^config error: algo='foo' is not allowed; expected one of impala, ppo, pql, "
                                           r"pql_d, sac$"):
-        check_overrides(["algo=foo"], CFG_DIR)
+        preflight(["algo=foo"], CFG_DIR)
     with pytest.raises(ConfigError, match=r"task='Walker'.*isaacgym/<Task>"):
-        check_overrides(["task=Walker"], CFG_DIR)
+        preflight(["task=Walker"], CFG_DIR)
 
 
 def test_rules_are_registered_by_module_and_attribute():
