@@ -11,6 +11,8 @@ import time
 import pytest
 import torch
 
+from pql import __version__
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
@@ -113,7 +115,7 @@ def test_resume_verdict():
 
 def test_log_parsers():
     assert gpu_check.resumed_from("x\npql: resuming from /r/checkpoint.pt at 12,345,678 env steps\n") == 12_345_678
-    assert gpu_check.resumed_from("pql: task=Ant ...") is None
+    assert gpu_check.resumed_from(f"pql {__version__}: task=Ant ...") is None
     output = "....\n=========== 40 passed, 12 deselected in 31.20s ===========\n"
     assert gpu_check.tests_summary(output) == "40 passed, 12 deselected in 31.20s"
 

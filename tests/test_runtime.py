@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from pql import __version__
 from pql.checkpoint import load_checkpoint
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
 from pql.logging import run_logger as run_logger_module
@@ -449,7 +450,7 @@ def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, 
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
     assert not [n for n, p in pids.items() if alive(p)]
     log = (tmp_path / "train.log").read_text()
-    assert log.startswith("pql: task=InvertedPendulum") and "pql: wrote" in log and said in log, log
+    assert log.startswith(f"pql {__version__}: task=InvertedPendulum") and "pql: wrote" in log and said in log, log
 
 
 def test_a_stop_signal_while_the_roles_start_kills_none_of_them(tmp_path):
@@ -539,7 +540,7 @@ def test_raising_role_reports_its_traceback(make_config, tmp_path):
     assert proc.returncode == 1
     assert "role v_learner failed" in proc.stderr and "Traceback" in proc.stderr and "size mismatch" in proc.stderr
     log = (tmp_path / "resumed" / "train.log").read_text()  # the console, error included, kept in the run dir
-    assert log.startswith("pql: task=InvertedPendulum") and "role v_learner failed" in log and "size mismatch" in log
+    assert log.startswith(f"pql {__version__}: task=InvertedPendulum") and "role v_learner failed" in log and "size mismatch" in log
 
 
 def _work_with(shared) -> list:
