@@ -58,8 +58,9 @@ ENV_SIZES = (4096, 16384, 32768)
 BATCH = 8192
 # Time a training run takes beyond its runtime.max_time_s: process start, CUDA and Warp kernel
 # loading (compiling, on a cold cache), the final evaluation and checkpoint: what a run is expected
-# to need when budgeting, and what it may take before it is stopped. Measured on an H200
-# (docs/gpu.md, third session): 41-57 s beyond a 104-s and a 30-s run sharing the GPU with four others.
+# to need when budgeting, and what it may take before it is stopped. Measured on an H200: 41-57 s
+# beyond a 104-s and a 30-s run sharing the GPU with four others
+# (docs/notes/2026-11-26-gpu-check-and-halfcheetah-posture.md).
 EXPECTED_OVERHEAD_S, RUN_OVERHEAD_S = 60.0, 120.0
 MIN_RUN_S = 20.0       # shorter than this, a run would show nothing: skip it instead
 PLOT_RESERVE_S = 15.0

@@ -155,7 +155,7 @@ def _on_policy_net() -> NetConfig:
 
 # Three-step targets keep HalfCheetah upright and Ant ahead on their 1,000-step episodes; on
 # Reacher's 50 and Pusher's 100 they lose to one-step targets, which beat SB3's SAC there while
-# three-step ones do not (docs/tuning.md, "The n-step default from the episode's length").
+# three-step ones do not (docs/notes/2026-11-27-nstep-default-from-episode-length.md).
 SHORT_EPISODE_STEPS = 100
 
 
@@ -184,7 +184,7 @@ class OffPolicyConfig:
     critic_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of the critic")
     actor_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of the policy")
     # 1:16 on every device: on a GPU, 1:8 left HalfCheetah on its back in 7 of 12 runs and 1:16 in
-    # none of 6, with Ant no worse at equal wall time (docs/gpu.md, fourth session).
+    # none of 6, with Ant no worse at equal wall time (docs/notes/2026-11-27-h100-and-beta-av-16.md).
     beta_av: int = _opt(16, "an integer >= 1 (critic updates per batched actor step, β_a:v = 1:beta_av)",
                         _at_least_one)
     beta_pv: int = _opt(2, "an integer >= 1 (critic updates per policy update, β_p:v = 1:beta_pv)", _at_least_one)
