@@ -1,4 +1,4 @@
-"""README's configuration reference is the one `python -m pql.config` renders from the dataclasses."""
+"""docs/configuration.md is the reference `python -m pql.config` renders from the dataclasses."""
 import dataclasses
 import os
 import subprocess
@@ -11,8 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 
 
-def readme_reference() -> str:
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+def page_reference() -> str:
+    with open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8") as f:
         text = f.read()
     assert text.count(START) == 1 and text.count(END) == 1
     return text.split(START)[1].split(END)[0]
@@ -28,9 +28,9 @@ def keys(cls, prefix: str):
             yield f"{prefix}{f.name}"
 
 
-def test_readme_reference_is_generated():
-    # On failure: python -m pql.config README.md
-    assert readme_reference() == f"\n\n{reference_markdown()}\n\n"
+def test_the_reference_page_is_generated():
+    # On failure: python -m pql.config docs/configuration.md
+    assert page_reference() == f"\n\n{reference_markdown()}\n\n"
 
 
 def test_every_key_is_in_the_reference():
