@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from pql.checkpoint import CheckpointError
 from pql.cli import preflight
 from pql.config import (ALGORITHMS, Config, ConfigError, ImpalaConfig, OffPolicyConfig, PPOConfig, PQLConfig,
                         PQLDConfig, SACConfig, TaskConfig, load_config, register_configs)
@@ -117,6 +118,20 @@ def test_early_ratio_keys_come_together(overrides, message):
     (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected a number in (0, 1]"),
     (["algo.beta_pv=1,2"], "algo.beta_pv='1,2' is not allowed; expected one value (add -m to sweep"),
     (["algo.gamma=[0.9"], "algo.gamma='[0.9' is not allowed; expected a value in Hydra's override grammar"),
+])
+def test_every_bad_setting_is_found_before_the_run(argv, needle, tmp_path):
+    with pytest.raises((ConfigError, CheckpointError)) as raised:
+        preflight([*argv, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"], CFG_DIR)
+    assert needle in str(raised.value) and "\n" not in str(raised.value)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["algo.gamma=2"], "pql: config error: algo.gamma=2"),
+    (["algo=sac", "algo.exploration=ape_x"], "algo.exploration='ape_x' is not allowed; expected an existing key "
+                                             "with algo=sac"),
+    (["checkpoint=/nonexistent/checkpoint.pt"], "pql: checkpoint not found: /nonexistent/checkpoint.pt"),
+    (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected a number in (0, 1]"),
 ])
 def test_cli_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path):
     # The run (or sweep) directory is where Hydra would write: a bad setting must leave none.

@@ -106,6 +106,7 @@ def test_cpu_runs_stay_eager_unless_asked(make_config):
     assert cfg.runtime.compile is True
 
 
+@pytest.mark.slow
 def test_a_run_synchronises_rarely(make_config, tmp_path):
     """Weight sync and the ring hand-over never wait for the device: what is left is a stats read
     every few dozen updates. (Counted on the CPU through the same calls that wait on CUDA.)"""

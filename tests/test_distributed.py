@@ -41,6 +41,7 @@ def flat(state, prefix=""):
     return {}
 
 
+@pytest.mark.slow
 def test_collectives_merge_statistics_and_average_gradients(tmp_path):
     ranks = probe(tmp_path, "collectives", timeout=120)
     # One normaliser fed each step's observations of both replicas together.
@@ -70,6 +71,7 @@ ALGO_RUN = {"pql": SMALL + ["algo.warmup_steps=4"],
             "impala": TASK + ["algo=impala", "algo.unroll=16"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo,mode", [("pql", "sequential"), ("pql", "process"), ("ppo", "sequential"),
                                        ("impala", "process")])
 def test_replicas_hold_identical_networks(tmp_path, algo, mode):
@@ -154,6 +156,7 @@ def job_pids(run_dir) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
     cmd = TORCHRUN + ["train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
                       "runtime.log_every_s=2", f"hydra.run.dir={tmp_path}"]

@@ -217,6 +217,7 @@ save_checkpoint(os.path.join(run_dir, "checkpoint.pt"), {"counters": {"env_steps
 """
 
 
+@pytest.mark.slow
 def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     """Every step as the check runs it, the GPU ones replaced by fakes that write what the real
     ones write; the plot step is the real `python -m pql.plot`."""

@@ -112,6 +112,7 @@ def test_placement_on_a_machine_without_those_gpus_is_one_line(tmp_path):
                                    "auto: no CUDA device is available")
 
 
+@pytest.mark.slow
 def test_sequential_mode_is_deterministic(make_config, tmp_path):
     """Bit for bit on the CPU with MuJoCo's C engine. Not on CUDA: MuJoCo Warp's contact and
     constraint kernels and torch's atomic-add kernels (index_add, scatter in the replay) sum in
@@ -129,6 +130,7 @@ def test_sequential_mode_is_deterministic(make_config, tmp_path):
     assert beta_av == pytest.approx(cfg.algo.beta_av, rel=0.05) and beta_pv == pytest.approx(2, rel=0.05)
 
 
+@pytest.mark.slow
 def test_sequential_mode_waits_for_copies_in_flight(make_config, tmp_path, monkeypatch):
     """On a GPU a ring copy lands when the stream reaches it, so the whole ring can be in flight
     with no role ready; sequential mode then waits for the device rather than calling the
@@ -150,6 +152,7 @@ def test_sequential_mode_waits_for_copies_in_flight(make_config, tmp_path, monke
     assert beta_av == pytest.approx(cfg.algo.beta_av, rel=0.05) and beta_pv == pytest.approx(2, rel=0.05)
 
 
+@pytest.mark.slow
 def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tmp_path, monkeypatch):
     """Evaluations due back to back, each 45 s on the run's clock, the limit 100 s: the third would
     end past the limit, so only the two before it and the final one run (on a GPU, an evaluation
@@ -177,6 +180,7 @@ def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tm
     assert [end > limit + 0.1 for end in ends] == [False] * (len(ends) - 1) + [True], ends
 
 
+@pytest.mark.slow
 def test_rates_logged_after_an_evaluation_count_the_steps_made_during_it(make_config, tmp_path, monkeypatch):
     """The roles step on while the main process evaluates, so the line logged after an evaluation
     counts again: read before it, the counts were one evaluation old (on an H200, 21-24 s), and
@@ -208,6 +212,7 @@ def tensors(state, prefix=""):
     return {path: t for k, v in items for path, t in tensors(v, f"{prefix}/{k}").items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sequential", "process"])
 def test_resume_continues_counters_and_training(make_config, tmp_path, mode):
     first = make_config(SMALL + [f"runtime.mode={mode}", "runtime.max_env_steps=600"], run_dir=tmp_path / "first")
@@ -230,6 +235,7 @@ RESUMABLE = [("pql", "sequential"), ("pql", "process"), ("sac", "sequential"), (
              ("impala", "sequential"), ("impala", "process")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo,mode", RESUMABLE)
 def test_resume_restores_every_saved_tensor_and_counter(make_config, tmp_path, algo, mode):
     """A resume with no env steps left to make writes back exactly what it loaded: weights, target
@@ -252,6 +258,7 @@ def test_resume_restores_every_saved_tensor_and_counter(make_config, tmp_path, a
     assert [k for k in before if not torch.equal(before[k], after[k])] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key,value", [("algo", "sac"), ("task", "Hopper")])
 def test_resume_with_another_algo_or_task_is_a_config_error(make_config, tmp_path, key, value):
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=100"], run_dir=tmp_path / "run"))
@@ -264,6 +271,7 @@ def test_resume_with_another_algo_or_task_is_a_config_error(make_config, tmp_pat
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("average", [0.0, 0.05])
 def test_the_run_delivers_the_average_of_its_policy(make_config, average):
     """algo.policy_average: the checkpoint's policy, what an evaluation and a user load, is the
@@ -282,6 +290,7 @@ def test_the_run_delivers_the_average_of_its_policy(make_config, average):
         assert "delivered" not in learner and all(latest_is_delivered)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_an_average_resumes_with_one(make_config, tmp_path):
     """A run saved with algo.policy_average=0 resumes with an average, which starts from its policy."""
     first = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=600", "algo.policy_average=0"],
@@ -390,6 +399,7 @@ def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
     assert (result["eval/return"], result["eval/length"]) == evaluate(env, policy, normalizer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["actor", "v_learner", "p_learner"])
 def test_killed_role_stops_the_run_promptly(tmp_path, victim):
     cmd = endless_run(tmp_path)
@@ -425,6 +435,7 @@ def test_killed_role_stops_the_run_promptly(tmp_path, victim):
     ("process", signal.SIGTERM, False, 143),  # docker stop, Kubernetes, timeout: the main process only
     ("process", signal.SIGTERM, True, 143),   # SLURM: every process of the job step
 ], ids=["sequential-SIGINT", "process-SIGINT-group", "sequential-SIGTERM", "process-SIGTERM", "process-SIGTERM-group"])
+@pytest.mark.slow
 def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, sig, whole_group, code):
     """Ctrl-C and SIGTERM: a checkpoint of where the run stands, every role stopped, exit 130 or
     143; the same signal again while the checkpoint is written does not cut it short."""
@@ -453,6 +464,7 @@ def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, 
     assert log.startswith(f"pql {__version__}: task=InvertedPendulum") and "pql: wrote" in log and said in log, log
 
 
+@pytest.mark.slow
 def test_a_stop_signal_while_the_roles_start_kills_none_of_them(tmp_path):
     """SIGTERM to the whole group as soon as the roles are started, while they still import:
     no role dies of it; the run writes its checkpoint and exits 143 as it would later on."""
@@ -472,6 +484,7 @@ def test_a_stop_signal_while_the_roles_start_kills_none_of_them(tmp_path):
     assert not [n for n, p in pids.items() if alive(p)]
 
 
+@pytest.mark.slow
 def test_a_full_disk_keeps_the_previous_checkpoint(make_config, tmp_path):
     """Checkpoints the file system refuses (here a file-size limit, EFBIG, as a full disk's
     ENOSPC would): each periodic one is a warning and training goes on; the final one fails the
@@ -500,6 +513,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint(make_config, tmp_path):
     assert not [p for p in os.listdir(run_dir) if p.endswith(".tmp")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sequential", "process"])
 def test_a_diverging_run_stops_naming_role_quantity_and_update(tmp_path, mode):
     """A learning rate that sends the critic to inf within a few updates: the run stops with one
@@ -518,6 +532,7 @@ def test_a_diverging_run_stops_naming_role_quantity_and_update(tmp_path, mode):
             assert not value.is_floating_point() or torch.isfinite(value).all()
 
 
+@pytest.mark.slow
 def test_a_loss_past_its_bound_keeps_the_last_good_checkpoint(make_config, tmp_path):
     run_dir = tmp_path / "run"
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=run_dir))
@@ -530,6 +545,7 @@ def test_a_loss_past_its_bound_keeps_the_last_good_checkpoint(make_config, tmp_p
     assert load_checkpoint(path)["counters"]["env_steps"] >= 200
 
 
+@pytest.mark.slow
 def test_raising_role_reports_its_traceback(make_config, tmp_path):
     """A role that raises (here: the V-learner resuming a critic of another size) ends the run
     with that role's traceback, exit code 1 and no surviving child."""
