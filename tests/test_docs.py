@@ -172,3 +172,11 @@ def test_every_note_is_in_the_index_and_dated():
         with open(os.path.join(notes, name), encoding="utf-8") as f:
             header = f.read().splitlines()[:3]
         assert header[0].startswith("# ") and re.match(r"^\*\d{4}-\d{2}-\d{2}.* · commits? \w+", header[2]), name
+
+
+def test_readme_stays_a_three_minute_read():
+    # The reference lives in docs/; results in docs/benchmarks.md; stories in docs/notes/.
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    assert len(text.splitlines()) <= 200 and len(text) <= 16_000
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "a dated sentence belongs in a note"

@@ -99,7 +99,7 @@ def forward_distance_and_return(env, act) -> tuple[float, float]:
 # budget rather than a wall-time one (about 5 minutes on this project's 2-core VM; the time cap is
 # raised so that a slower machine runs the same steps, not fewer). On that VM two runs of the
 # code of 2026-11-25 ended bit-for-bit the same, but a change of code or seed moves the final
-# evaluation by hundreds (README's table of learning tests has the figures). An Ant that stands
+# evaluation by hundreds (docs/benchmarks.md, "Learning tests", has the figures). An Ant that stands
 # still scores about 1,000 (one per step alive, no torque spent) and goes nowhere; the untrained
 # policy stands, the first updates make it fall, and PQL learns back from its own data. So the
 # test asks that the final policy beats standing still, and that it walks: its torso travels at
