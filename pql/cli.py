@@ -81,6 +81,11 @@ def _overrides(argv: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+def _yaml_options(group_dir: str) -> set[str]:
+    """The options a folder of the config gives its group: its YAML files' names."""
+    return {f[:-len(".yaml")] for f in os.listdir(group_dir) if f.endswith(".yaml")}
+
+
 def _group_options(key: str, config_dir: str) -> list[str] | None:
     """The options of config group `key`: YAML files in cfg/<key>/ and ConfigStore nodes
     (pql.config.register_configs); None if `key` is no group."""
@@ -89,7 +94,7 @@ def _group_options(key: str, config_dir: str) -> list[str] | None:
     options, found = set(), False
     group_dir = os.path.join(config_dir, key)
     if os.path.isdir(group_dir):
-        options |= {f[:-len(".yaml")] for f in os.listdir(group_dir) if f.endswith(".yaml")}
+        options |= _yaml_options(group_dir)
         found = True
     with contextlib.suppress(OSError):  # ConfigStore.list: `key` is no group there
         options |= {o[:-len(".yaml")] for o in ConfigStore.instance().list(key) if o.endswith(".yaml")}
@@ -122,8 +127,9 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)]
 
 
-def _check_keys(job: list[str], tree: dict, groups: set[str]) -> None:
-    """Raise ConfigError for an override of a key the composed config `tree` does not have."""
+def _check_keys(job: list[str], tree: dict, groups: dict[str, list[str]]) -> None:
+    """Raise ConfigError for an override of a key the composed config `tree` does not have
+    (`groups`: the config group keys, whose overrides pick options rather than set values)."""
     picked = " ".join(f"{key}={value}" for key, value in _overrides(job) if key in groups)
     picked = f" with {picked}" if picked else ""
     for key, value in _overrides(job):
@@ -193,10 +199,11 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
     setup_globals()  # Hydra's ${now:...} resolver, which the run directory's name uses
     replicas = Replicas.from_env()
     jobs = _jobs(args.overrides, args.multirun)
-    groups = {key for key, _ in _overrides(args.overrides) if _group_options(key, config_dir) is not None}
+    groups = {key: options for key, _ in _overrides(args.overrides)
+              if (options := _group_options(key, config_dir)) is not None}  # group key -> its options
     for job in jobs:
         for key, value in _overrides(job):
-            options = _group_options(key, config_dir)
+            options = groups.get(key)
             if options is not None and value not in options:
                 shown = [ISAACGYM_PREFIX + "<Task>" if (key, o) == ("task", ISAACGYM_OPTION) else o for o in options]
                 raise ConfigError(key, value, f"one of {', '.join(shown)}")
@@ -241,8 +248,7 @@ def usage(config_dir: str) -> str:
     from pql import __version__
     from pql.config import ALGORITHMS
 
-    tasks = sorted(f[:-len(".yaml")] for f in os.listdir(os.path.join(config_dir, "task"))
-                   if f.endswith(".yaml") and f != f"{ISAACGYM_OPTION}.yaml")
+    tasks = sorted(_yaml_options(os.path.join(config_dir, "task")) - {ISAACGYM_OPTION})
     width = max(len(override) for override, _ in COMMON_OVERRIDES)
     return "\n".join([
         f"pql {__version__}: Parallel Q-Learning (Li et al., ICML 2023) and its family for PyTorch.",
