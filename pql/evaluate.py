@@ -6,6 +6,7 @@ import contextlib
 import torch
 
 from pql.envs import to_env_action
+from tasks.base import LateRead
 
 
 @contextlib.contextmanager
@@ -27,18 +28,26 @@ def evaluate(env, policy, normalizer) -> tuple[float, float]:
     policy gives a thread pool nothing to share, and on a CPU the pool's idle threads spin on the
     cores the training processes need (measured on 2 cores, Ant: an evaluation took 12 s with 2
     threads and the roles all but stopped meanwhile; 2.3 s with 1, training going on).
-    -> (mean return, mean length) over the env's num_envs first episodes."""
+
+    All episodes step as one batch, and no step waits on the device: whether any episode still
+    runs is read from a copy that lands on the host a few steps late (tasks.base.LateRead; on the
+    CPU it is the mask itself). The steps after the last episode ended add nothing, since every
+    sum is masked by `running`. -> (mean return, mean length) over the env's num_envs first
+    episodes, read in one transfer at the end."""
     obs = env.reset()
     n = env.num_envs
     returns = torch.zeros(n, device=env.device)
     lengths = torch.zeros(n, device=env.device)
     running = torch.ones(n, dtype=torch.bool, device=env.device)
+    still_running = LateRead(running)
     for _ in range(env.max_episode_steps):
         action = policy(normalizer(obs)).clamp(-1.0, 1.0)
         obs, reward, terminated, truncated, _ = env.step(to_env_action(action, env))
         returns += reward * running
         lengths += running.float()
         running &= ~(terminated | truncated)
-        if not running.any():
+        seen = still_running.read()
+        if seen is not None and not seen.any():
             break
-    return float(returns.mean()), float(lengths.mean())
+    mean_return, mean_length = torch.stack([returns.mean(), lengths.mean()]).tolist()
+    return mean_return, mean_length

@@ -21,6 +21,7 @@ from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.nets import ObsNormalizer
 from pql.runtime import device as device_module
+from pql.runtime import evaluation as evaluate_module
 from pql.runtime import run as run_module
 from pql.runtime import train
 from pql.runtime.control import RatioController, RatioCounters
@@ -29,6 +30,7 @@ from pql.runtime.shared import RunCounters, RunStats, Wakeup, make_shared_state
 from pql.runtime.supervisor import role_process
 from pql.runtime.weight_sync import SharedWeights
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
+from pql.runtime.off_policy.runner import OffPolicyRunner
 
 from conftest import alive, running, started_roles
 
@@ -168,11 +170,11 @@ def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tm
         clock["skipped"] += eval_s
         return 0.0, 1.0
 
-    monkeypatch.setattr(run_module, "evaluate", evaluation_of_eval_s)
-    monkeypatch.setattr(run_module, "time", run_clock)
-    monkeypatch.setattr(run_logger_module, "time", run_clock)
+    monkeypatch.setattr(evaluate_module, "evaluate", evaluation_of_eval_s)
+    for module in (run_module, run_logger_module, evaluate_module):
+        monkeypatch.setattr(module, "time", run_clock)
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=100000000", "runtime.device=cpu",
-                               f"runtime.max_time_s={limit}", "runtime.eval_every=8"]))
+                               f"runtime.max_time_s={limit}", "runtime.eval_every=8", "runtime.eval_max_share=1"]))
     columns = read_metrics(tmp_path / METRICS_CSV)
     ends = list(columns["wall_time_s"][~np.isnan(columns[EVAL_RETURN])])
     assert len(ends) == 3, ends
@@ -182,17 +184,21 @@ def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tm
 
 @pytest.mark.slow
 def test_rates_logged_after_an_evaluation_count_the_steps_made_during_it(make_config, tmp_path, monkeypatch):
-    """The roles step on while the main process evaluates, so the line logged after an evaluation
-    counts again: read before it, the counts were one evaluation old (on an H200, 21-24 s), and
-    the last interval of a 3-minute Ant run read 2.3 times its true rate. Each evaluation here
-    takes 1 s, in which the roles make steps; the rates row of the same tick must hold them."""
+    """Where the main process evaluates in turn with its other work while roles step elsewhere
+    (IMPALA's actor process; here PQL's roles with the evaluation kept inline), the line logged
+    after an evaluation counts again: read before it, the counts were one evaluation old (on an
+    H200, 21-24 s), and the last interval of a 3-minute Ant run read 2.3 times its true rate.
+    Each evaluation here takes 1 s, in which the roles make steps; the rates row of the same tick
+    must hold them."""
     def one_second_evaluation(*args):
         time.sleep(1.0)
         return 0.0, 1.0
 
-    monkeypatch.setattr(run_module, "evaluate", one_second_evaluation)
+    monkeypatch.setattr(evaluate_module, "evaluate", one_second_evaluation)
+    monkeypatch.setattr(OffPolicyRunner, "trains_elsewhere", False)
     train(make_config(SMALL + ["runtime.mode=process", "runtime.max_env_steps=100000000", "runtime.device=cpu",
-                               "runtime.max_time_s=20", "runtime.eval_every=200", "runtime.log_every_s=0.5"]))
+                               "runtime.max_time_s=20", "runtime.eval_every=200", "runtime.log_every_s=0.5",
+                               "runtime.eval_max_share=1"]))
     columns = read_metrics(tmp_path / METRICS_CSV)
     # Not the final tick's: the roles may have finished by then.
     evaluated = np.flatnonzero(~np.isnan(columns[EVAL_RETURN]))

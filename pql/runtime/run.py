@@ -41,6 +41,7 @@ from pql.logging import RunLogger, WandbSettings
 from pql.nets import ObsNormalizer
 from pql.runtime.device import use_device
 from pql.runtime.divergence import check_state
+from pql.runtime.evaluation import EvalResult, Evaluator
 from pql.runtime.distributed import (CAUSE_WAIT_S, RankBoard, ReplicaLost, Replicas, close_replicas,
                                      failure_elsewhere, init_replicas, post_failure)
 from pql.runtime.supervisor import threads_per_process
@@ -79,6 +80,10 @@ def _sigterm_as_interrupt():
 class Runner(Protocol):
     """What a runner supplies to `train`: `__init__(cfg, device, obs_dim, act_dim, resume)` builds
     its roles, restored from `resume` (the checkpoint's state, or None), and these."""
+
+    trains_elsewhere: bool
+    """Whether run() leaves the main thread free, its roles training in processes of their own:
+    evaluations then run on a thread beside it instead of in turn with training."""
 
     @staticmethod
     def make_policy(cfg, obs_dim: int, act_dim: int) -> nn.Module:
@@ -160,6 +165,7 @@ def _train(cfg, replicas: Replicas) -> dict:
         monitor.save_interrupted()  # the roles ignore SIGINT, so they can still hand in their states
         raise
     finally:
+        monitor.close()
         runner.close()
         if logger is not None:
             logger.close()
@@ -205,16 +211,23 @@ def evaluate_checkpoint(cfg, eval_env, state: dict, device) -> dict:
 
 class Monitor:
     """The main process's schedule for every runner: evaluations every runtime.eval_every env
-    steps, checkpoints every runtime.checkpoint_every, a logged line every runtime.log_every_s,
-    and when to stop (runtime.max_time_s, or solved: an evaluation reached runtime.stop_at_return).
-    Env steps are those of every replica. Without a logger (ranks > 0) it only posts this
-    replica's ratios to the board every runtime.log_every_s, for rank 0's lines."""
+    steps, spaced so that they take at most runtime.eval_max_share of the wall time, checkpoints
+    every runtime.checkpoint_every, a logged line every runtime.log_every_s, and when to stop
+    (runtime.max_time_s, or solved: an evaluation reached runtime.stop_at_return). Env steps are
+    those of every replica. Without a logger (ranks > 0) it only posts this replica's ratios to
+    the board every runtime.log_every_s, for rank 0's lines.
+
+    Where the runner trains elsewhere (Runner.trains_elsewhere) an evaluation runs beside the
+    ticks (pql.runtime.evaluation.Evaluator) and is logged at the env steps its policy was taken at."""
 
     def __init__(self, cfg, runner: Runner, eval_env, logger: RunLogger | None, board: RankBoard):
-        self.cfg, self.runner, self.eval_env, self.logger, self.board = cfg, runner, eval_env, logger, board
+        self.cfg, self.runner, self.logger, self.board = cfg, runner, logger, board
+        self.evaluator = Evaluator(eval_env, eval_env.device, runner.trains_elsewhere) if logger else None
         self.start = time.monotonic()
         self.solved = False
         self.last_eval_version = -1  # the policy version evaluated last
+        self.eval_seconds = 0.0      # the wall time of every evaluation so far
+        self.eval_allowed_at = self.start  # the next may start then (runtime.eval_max_share)
         counts = runner.counts()
         self.next_eval = counts["env_steps"] + cfg.runtime.eval_every
         self.next_checkpoint = counts["env_steps"] + cfg.runtime.checkpoint_every
@@ -237,11 +250,7 @@ class Monitor:
         if self.logger is None:
             self._post(counts, final)
             return
-        version = self.runner.policy_version()
-        final_eval_due = final and not self.solved and version != self.last_eval_version
-        if version and ((env_steps >= self.next_eval and not self._eval_would_overrun()) or final_eval_due):
-            self._log(env_steps, self._evaluate())
-            self.next_eval = env_steps + self.cfg.runtime.eval_every
+        self._evaluations(env_steps, final)
         if env_steps >= self.next_checkpoint or final:
             self.next_checkpoint = env_steps + self.cfg.runtime.checkpoint_every
             try:
@@ -253,8 +262,8 @@ class Monitor:
                 print(f"pql: warning: {e}; training goes on", file=sys.stderr, flush=True)
         now = time.monotonic()
         if now - self.last_log_time >= self.cfg.runtime.log_every_s or final:
-            # Counted again, with the clock: the roles ran on through the evaluation above (on a
-            # GPU 20 s or more), so the counts read before it would make the rates wrong.
+            # Counted again, with the clock: the roles ran on through an evaluation made above, so
+            # the counts read before it would make the rates wrong.
             counts = self.runner.counts()
             dt = max(now - self.last_log_time, 1e-9)
             rates = {("perf/env_steps_per_s" if k == "env_steps" else f"updates_per_s/{k}"): (v - self.last_counts[k]) / dt
@@ -264,10 +273,50 @@ class Monitor:
             self._log(counts["env_steps"], {**rates, **self.runner.scalars(), **ranks, "time/elapsed_s": self.elapsed()})
             self.logger.progress(counts["env_steps"], self.latest)
 
+    def _evaluations(self, env_steps: int, final: bool) -> None:
+        """Log an evaluation that has ended, and start the one that is due (at the end: wait for the
+        one under way, then evaluate the final policy unless that one was)."""
+        evaluator = self.evaluator
+        self._take(evaluator.wait() if final else evaluator.poll())
+        version = self.runner.policy_version()
+        if not version:
+            return
+        if final:
+            if not self.solved and version != self.last_eval_version:
+                self._start_evaluation(env_steps)
+                self._take(evaluator.wait())
+        elif (env_steps >= self.next_eval and not evaluator.busy and time.monotonic() >= self.eval_allowed_at
+              and not self._eval_would_overrun()):
+            self._start_evaluation(env_steps)
+            self.next_eval = env_steps + self.cfg.runtime.eval_every
+            if not evaluator.background:
+                self._take(evaluator.poll())
+
+    def _start_evaluation(self, env_steps: int) -> None:
+        """Evaluate the newest policy with the newest observation statistics."""
+        policy, normalizer, version = self.runner.latest_policy()
+        self.evaluator.start(policy, normalizer, version, env_steps)
+
+    def _take(self, result: EvalResult | None) -> None:
+        """Log an evaluation's result, and space the next one: after t seconds of evaluation the
+        next waits t · (1/share − 1), so that evaluations take at most that share of the run."""
+        if result is None:
+            return
+        self.last_eval_version = result.policy_version
+        self.eval_seconds += result.seconds
+        share = self.cfg.runtime.eval_max_share
+        self.eval_allowed_at = time.monotonic() + result.seconds * (1.0 / share - 1.0)
+        target = self.cfg.runtime.stop_at_return
+        if target is not None and result.mean_return >= target:
+            self.solved = True
+        self._log(result.env_steps, {"eval/return": result.mean_return, "eval/length": result.mean_length,
+                                     "eval/policy_version": result.policy_version, "time/eval_s": result.seconds,
+                                     "time/eval_share": self.eval_seconds / max(self.elapsed(), 1e-9)})
+
     def _eval_would_overrun(self) -> bool:
         """Whether an evaluation now, as long as the last one, would end past runtime.max_time_s.
         The final evaluation follows the limit anyway: one started just before it only delays
-        the end (on a GPU an evaluation takes 7-25 s, docs/gpu.md)."""
+        the end."""
         limit = self.cfg.runtime.max_time_s
         return limit is not None and self.elapsed() + self.latest.get("time/eval_s", 0.0) > limit
 
@@ -282,17 +331,11 @@ class Monitor:
         self.logger.log(env_steps, scalars)
         self.latest.update(scalars)
 
-    def _evaluate(self) -> dict:
-        """Evaluate the newest policy with the newest observation statistics."""
-        policy, normalizer, version = self.runner.latest_policy()
-        start = time.monotonic()
-        ret, length = evaluate(self.eval_env, policy, normalizer)
-        self.last_eval_version = version
-        target = self.cfg.runtime.stop_at_return
-        if target is not None and ret >= target:
-            self.solved = True
-        return {"eval/return": ret, "eval/length": length, "eval/policy_version": version,
-                "time/eval_s": time.monotonic() - start}
+    def close(self) -> None:
+        """Let an evaluation still under way (a run that stopped on an error) end, its result unlogged."""
+        if self.evaluator is not None:
+            with contextlib.suppress(Exception):
+                self.evaluator.wait()
 
     def checkpoint_path(self) -> str:
         return os.path.join(self.cfg.run_dir, "checkpoint.pt")
@@ -323,6 +366,9 @@ class Monitor:
 
     def report_done(self) -> dict:
         """Print the run's last line. -> the run's final scalars."""
-        print(f"pql: done: {self.last_counts['env_steps']:,} env steps in {self.elapsed():.0f}s, "
-              f"eval return {self.latest.get('eval/return', float('nan')):.2f}; run dir {self.cfg.run_dir}", flush=True)
+        elapsed = self.elapsed()
+        print(f"pql: done: {self.last_counts['env_steps']:,} env steps in {elapsed:.0f}s, "
+              f"eval return {self.latest.get('eval/return', float('nan')):.2f} (evaluating took "
+              f"{self.eval_seconds:.0f}s, {self.eval_seconds / max(elapsed, 1e-9):.0%} of the run); "
+              f"run dir {self.cfg.run_dir}", flush=True)
         return self.latest

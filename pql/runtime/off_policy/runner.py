@@ -47,6 +47,10 @@ class OffPolicyRunner:
         self.policy_reader = WeightsReader(self.shared.weights[self.delivered], self.policy)
         self.normalizer_reader = WeightsReader(self.shared.weights["normalizer"], self.normalizer)
 
+    @property
+    def trains_elsewhere(self) -> bool:
+        return self.ctx is not None  # process mode: the roles train in processes of their own
+
     def run(self, monitor) -> None:
         if self.ctx is None:
             interleave(self.roles["actor"], (self.roles["v_learner"], self.roles["p_learner"]), monitor, self.ratios)

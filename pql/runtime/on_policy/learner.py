@@ -16,6 +16,7 @@ class OnPolicyRunner:
     training episodes) so far, `run`, `scalars` and `close`."""
 
     learner_cls: type
+    trains_elsewhere = False  # the learner updates in the main process
 
     @staticmethod
     def make_policy(cfg, obs_dim: int, act_dim: int):
