@@ -173,7 +173,7 @@ def _compose(config_dir: str, config_name: str, overrides: list[str]):
         GlobalHydra.instance().clear()
 
 
-def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> None:
+def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> list:
     """Check everything a job's settings can get wrong before Hydra creates a run directory, so
     that a bad setting leaves nothing behind: unknown keys and group options, every value of
     every job of a sweep (load_config, then the device's defaults and sizes), the checkpoint to
@@ -181,7 +181,8 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
 
     Keys are checked against each job's own composition: an algorithm's keys are its own
     (`-m algo=pql,sac algo.exploration=ape_x` fails for sac). Raises ConfigError, or
-    CheckpointError for a checkpoint that cannot be read."""
+    CheckpointError for a checkpoint that cannot be read. -> every job's Config, devices resolved
+    ([] when Hydra only prints or reruns). CUDA is not initialised here (pql/runtime/mps.py)."""
     from hydra._internal.utils import get_args_parser  # Hydra's own command line: argv read as Hydra reads it
     from hydra.core.utils import setup_globals
     from hydra.errors import ConfigCompositionException
@@ -193,7 +194,7 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
 
     args = get_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun:
-        return  # Hydra prints something or reruns a pickled job: no settings of a new job to check
+        return []  # Hydra prints something or reruns a pickled job: no settings of a new job to check
     config_name = args.config_name or config_name
     register_configs()
     setup_globals()  # Hydra's ${now:...} resolver, which the run directory's name uses
@@ -201,6 +202,7 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
     jobs = _jobs(args.overrides, args.multirun)
     groups = {key: options for key, _ in _overrides(args.overrides)
               if (options := _group_options(key, config_dir)) is not None}  # group key -> its options
+    cfgs = []
     for job in jobs:
         for key, value in _overrides(job):
             options = groups.get(key)
@@ -219,9 +221,11 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
         cfg = load_config(OmegaConf.to_container(settings, resolve=True))
         apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world, announce=False)
         load_resume(cfg, replicas.world)
+        cfgs.append(cfg)
         if job is jobs[0]:
             key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
             _check_run_dir(key, OmegaConf.select(composed, key))
+    return cfgs
 
 
 # The overrides people use most, for `python train.py --help`: (override, what it does).

@@ -405,6 +405,12 @@ class RuntimeConfig:
                                                    "graph capture")
     compile: Optional[bool] = _opt(None, "true, false or null", on_device=(True, False),
                                    doc="the learners' updates compiled with torch.compile (CUDA graphs on CUDA)")
+    mps: str = _opt("auto", "one of auto, on, off", _one_of("auto", "on", "off"),
+                    doc="process mode on CUDA: a private MPS daemon lets the role processes run on the GPU at "
+                        "the same time (auto: when the driver's nvidia-cuda-mps-control is there; on: or stop)")
+    eval_max_share: float = _opt(0.05, "a number in (0, 1]", lambda v: 0 < v <= 1,
+                                 doc="the largest share of wall time evaluations may take: after one of t "
+                                     "seconds the next waits t · (1/share − 1) seconds at least")
     log_every_s: float = _opt(10.0, "a number > 0", _positive, doc="seconds between console lines and scalar logs")
     torch_threads: Optional[int] = _opt(None, "an integer > 0 (null: cores shared out among the roles)", _positive,
                                         doc="torch threads per role")
@@ -588,14 +594,17 @@ def _resolve_device(value: str, key: str = "runtime.device") -> str:
     """"auto", "cpu", "cuda" or "cuda:N" -> "cpu" or "cuda:N" of a device this machine has."""
     import torch
 
+    # device_count reads the GPUs through NVML where it can, without initialising CUDA: a process
+    # becomes an MPS client only if CUDA starts after the daemon (pql/runtime/mps.py).
+    count = torch.cuda.device_count()
     if value == "auto":
-        value = "cuda" if torch.cuda.is_available() else "cpu"
+        value = "cuda" if count else "cpu"
     if value == "cpu":
         return value
-    if not torch.cuda.is_available():
+    if not count:
         raise ConfigError(key, value, "cpu or auto: no CUDA device is available")
-    count = torch.cuda.device_count()
-    index = int(value[5:]) if value.startswith("cuda:") else torch.cuda.current_device()
+    index = int(value[5:]) if value.startswith("cuda:") else (
+        torch.cuda.current_device() if torch.cuda.is_initialized() else 0)
     if index >= count:
         raise ConfigError(key, value, f"cpu, auto, cuda or cuda:<index> with index < {count} "
                                       f"(this machine has {count} CUDA device(s))")
