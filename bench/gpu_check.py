@@ -1,25 +1,30 @@
 """One command for a CUDA machine: the GPU kernel tests, the benchmarks, a short training run and
 its resume, measured in one go and written up as one Markdown report.
 
-    python bench/gpu_check.py [--out DIR] [--runs-dir DIR] [--steps STEP ...] [--mps]
+    python bench/gpu_check.py [--out DIR] [--runs-dir DIR] [--steps STEP ...] [--without-mps]
                               [--budget-s 560] [--train-seconds 180] [--resume-seconds 45]
 
 Steps, in this order, each a subprocess with its own time limit (a step that fails or hangs is
 stopped, recorded with the last lines of its output, and the check goes on with the next):
 
     tests    python -m pytest tests/kernels -m gpu
-    env      bench/env_throughput.py: Ant on MuJoCo Warp (CUDA) at 4,096 / 16,384 / 32,768 envs
-    learner  bench/learner.py at batch 8,192 (with --mps a second time, under MPS)
+    env      bench/env_throughput.py --profile: Ant on MuJoCo Warp (CUDA) at 4,096 / 16,384 / 32,768
+             envs, and the parts of one step (physics, restart, pql's own work)
+    learner  bench/learner.py at batch 8,192, its together run on the MPS path of a training run
+             (runtime.mps=auto); with --without-mps a second time with --mps off (learner_no_mps)
     kernels  bench/kernels.py: Triton vs the PyTorch reference vs torchrl (where it loads)
     train    python train.py task=Ant runtime.max_time_s=180
     resume   python train.py task=Ant checkpoint=<train run>/checkpoint.pt runtime.max_time_s=45,
              and a check that its env-step counter went on from the checkpoint's
     plot     python -m pql.plot on the train run: its return curve
 
-The report directory (--out; default runs/gpu_check/<date_time>) receives report.md, the benches'
-CSVs, return_curve.png and log.txt (every step's whole output): at most 8 files. The two training
-runs go to --runs-dir (default <report dir>/runs). --budget-s bounds the whole check: a step gets at
-most the time left, and the train run is shortened when less than its length is left.
+The report directory (--out; default runs/gpu_check/<date_time>) receives report.md, log.txt
+(every step's whole output), the benches' CSVs (env_throughput.csv, env_profile.csv, learner.csv,
+learner_no_mps.csv with --without-mps, kernels.csv), targets.csv (one row per H100/H200 target:
+name, target, measured, unit, met, gpu) and return_curve.png: at most 9 files. report.md and
+targets.csv are rewritten after every step. The two training runs go to --runs-dir (default
+<report dir>/runs). --budget-s bounds the whole check: a step gets at most the time left, and the
+train run is shortened when less than its length is left.
 
 Exit code: 0 when every step passed; 1 when one failed, timed out or was skipped; 2 without a
 CUDA device (one line on stderr, before any work) or with bad arguments.
@@ -38,10 +43,11 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from typing import Callable
 
 import torch
 
@@ -51,10 +57,12 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 from kernels import table_rows as kernel_table_rows  # noqa: E402  (bench/kernels.py)
 from pql.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics  # noqa: E402
+from pql.runtime.mps import DEFAULT_PIPE_DIRECTORY, PIPE_ENV  # noqa: E402
 
 STEPS = ("tests", "env", "learner", "kernels", "train", "resume", "plot")
 OK, FAILED, TIMED_OUT, SKIPPED = "ok", "failed", "timed out", "skipped"
 ENV_SIZES = (4096, 16384, 32768)
+TARGET_ENVS = 32768    # the env target's size, the largest of ENV_SIZES
 BATCH = 8192
 # Time a training run takes beyond its runtime.max_time_s: process start, CUDA and Warp kernel
 # loading (compiling, on a cold cache), the final evaluation and checkpoint: what a run is expected
@@ -66,12 +74,11 @@ MIN_RUN_S = 20.0       # shorter than this, a run would show nothing: skip it in
 PLOT_RESERVE_S = 15.0
 MIN_STEP_S = 20.0      # a bench or the tests with less time left than this are skipped
 TAIL_LINES = 25
-FILES = {"report": "report.md", "log": "log.txt", "env": "env_throughput.csv", "learner": "learner.csv",
-         "learner_mps": "learner_mps.csv", "kernels": "kernels.csv", "curve": "return_curve.png"}
-MPS_CONTROL = "nvidia-cuda-mps-control"
-# The H100/H200 targets (docs/gpu.md, "Current figures").
-TARGET_ENV_STEPS_PER_S, TARGET_CRITIC_UPDATES_PER_S, TARGET_EFFICIENCY = 1_000_000, 1_000, 0.8
-TARGET_SUMTREE_US, TARGET_VTRACE_SPEEDUP = 100.0, 20.0
+FILES = {"report": "report.md", "log": "log.txt", "env": "env_throughput.csv", "env_profile": "env_profile.csv",
+         "learner": "learner.csv", "learner_no_mps": "learner_no_mps.csv", "kernels": "kernels.csv",
+         "targets": "targets.csv", "curve": "return_curve.png"}
+TARGET_COLUMNS = ["name", "target", "measured", "unit", "met", "gpu"]
+RETURN_BY_S = 300.0    # the wall time by which the train run's return is measured (return_at_5_min)
 
 
 @dataclasses.dataclass
@@ -80,7 +87,6 @@ class Step:
     title: str
     argv: list[str]
     timeout_s: float
-    env: dict | None = None  # added to this process's environment
 
 
 @dataclasses.dataclass
@@ -97,21 +103,32 @@ class StepResult:
         return self.output.rstrip().splitlines()[-lines:]
 
 
+@dataclasses.dataclass(frozen=True)
+class Eval:
+    """One evaluation a training run logged."""
+    env_steps: int
+    wall_s: float                    # the run's wall time when it was logged
+    eval_return: float
+
+
 @dataclasses.dataclass
 class RunSummary:
     """A training run as its files tell it."""
     max_time_s: float
     env_steps: int | None            # the checkpoint's env-step counter; None: no readable checkpoint
     wall_s: float | None             # the last metrics.csv row's wall time
-    evals: list[tuple[int, float]]   # (env steps, eval return), in order
+    evals: list[Eval]                # in order
+    eval_s: list[float] = dataclasses.field(default_factory=list)  # each evaluation's seconds (time/eval_s)
+    eval_share: float | None = None  # the last time/eval_share: evaluation seconds / elapsed
 
 
 @dataclasses.dataclass
 class Figures:
     """Everything the report shows besides the step table, read from the steps' files."""
     env: list[dict] = dataclasses.field(default_factory=list)
+    env_profile: list[dict] = dataclasses.field(default_factory=list)
     learner: list[dict] = dataclasses.field(default_factory=list)
-    learner_mps: list[dict] = dataclasses.field(default_factory=list)
+    learner_no_mps: list[dict] = dataclasses.field(default_factory=list)
     kernels: list[dict] = dataclasses.field(default_factory=list)
     tests_summary: str | None = None
     train: RunSummary | None = None
@@ -119,7 +136,7 @@ class Figures:
     resume_start: int | None = None  # the env steps the resume said it started from
     unreleased: list[str] | None = None  # the training runs after which torch warned (None: none ran)
     curve: str | None = None         # the return curve's file name in the report directory
-    mps: str | None = None           # what happened with MPS (--mps)
+    mps: str | None = None           # the learner bench's line about MPS in its together run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,7 +192,7 @@ def run_step(step: Step, log_path: str, time_left_s: float) -> StepResult:
         # A session of its own: the whole group can be ended, and a Ctrl-C in the terminal
         # reaches only the check, which then ends the step.
         proc = subprocess.Popen(step.argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(step.env or {})},
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                 start_new_session=True)
         try:
             timed_out = not wait_for_exit(proc, limit)
@@ -233,17 +250,36 @@ def checkpoint_env_steps(path: str) -> int | None:
         return None
 
 
+def finite(values) -> list[float]:
+    return [float(v) for v in values if math.isfinite(v)]
+
+
+def last_finite(values) -> float | None:
+    kept = finite(values)
+    return kept[-1] if kept else None
+
+
 def run_summary(run_dir: str, max_time_s: float) -> RunSummary:
     metrics_path = os.path.join(run_dir, METRICS_CSV)
     metrics = read_metrics(metrics_path) if os.path.isfile(metrics_path) else {}
-    evals, wall_s = [], None
-    if metrics:
-        steps, returns = metrics["env_steps"], metrics.get(EVAL_RETURN)
-        if returns is not None:
-            evals = [(int(s), float(r)) for s, r in zip(steps, returns) if math.isfinite(r)]
-        walls = [w for w in metrics["wall_time_s"] if math.isfinite(w)]
-        wall_s = walls[-1] if walls else None
-    return RunSummary(max_time_s, checkpoint_env_steps(os.path.join(run_dir, "checkpoint.pt")), wall_s, evals)
+    summary = RunSummary(max_time_s, checkpoint_env_steps(os.path.join(run_dir, "checkpoint.pt")), None, [])
+    if not metrics:
+        return summary
+    walls = metrics["wall_time_s"]
+    returns = metrics.get(EVAL_RETURN)
+    if returns is not None:
+        summary.evals = [Eval(int(s), float(w), float(r)) for s, w, r in zip(metrics["env_steps"], walls, returns)
+                         if math.isfinite(r)]
+    summary.wall_s = last_finite(walls)
+    summary.eval_s = finite(metrics.get("time/eval_s", []))
+    summary.eval_share = last_finite(metrics.get("time/eval_share", []))
+    return summary
+
+
+def mps_note(output: str) -> str | None:
+    """What the learner bench says of MPS in its together run ("together run, runtime.mps=auto: pql: MPS: …")."""
+    match = re.search(r"^together run, (runtime\.mps=.*)$", output, re.MULTILINE)
+    return match.group(1) if match else None
 
 
 def resumed_from(output: str) -> int | None:
@@ -340,35 +376,103 @@ def kernel_time(rows: list[dict], prefix: str, impl: str) -> float | None:
                  if r["operation"].startswith(prefix) and r["impl"] == impl), None)
 
 
-def targets(fig: Figures) -> list[list[str]]:
-    """The GPU targets (docs/gpu.md): [target, measured, verdict] rows."""
-    def verdict(value: float | None, ok: bool) -> str:
-        return "not measured" if value is None else "met" if ok else "**not met**"
+def env_rate(fig: Figures) -> float | None:
+    """Ant env steps/s of pql on mjwarp (CUDA) at TARGET_ENVS envs."""
+    return next((to_float(r["env_steps_per_s"]) for r in fig.env if r["row"] == "pql mjwarp"
+                 and r["device"].startswith("cuda") and int(r["num_envs"]) == TARGET_ENVS), None)
 
-    rows = []
-    big = [(to_float(r["env_steps_per_s"]), int(r["num_envs"])) for r in fig.env
-           if r["row"] == "pql mjwarp" and r["device"].startswith("cuda") and int(r["num_envs"]) >= 16384]
-    big = [(rate, n) for rate, n in big if rate is not None]
-    best = max(big, default=None)
-    rows.append([f"Ant env steps/s, mjwarp, N ≥ 16,384: ≥ {TARGET_ENV_STEPS_PER_S:,}",
-                 "—" if best is None else f"{best[0]:,.0f} (N = {best[1]:,})",
-                 verdict(None if best is None else best[0], best is not None and best[0] >= TARGET_ENV_STEPS_PER_S)])
-    critic = learner_figure(fig.learner, "critic_updates_per_s_alone")
-    rows.append([f"critic updates/s at batch {BATCH:,}: ≥ {TARGET_CRITIC_UPDATES_PER_S:,}", fmt_rate(critic),
-                 verdict(critic, critic is not None and critic >= TARGET_CRITIC_UPDATES_PER_S)])
-    efficiency = learner_figure(fig.learner, "together_efficiency")
-    rows.append([f"three roles together / bound from the slowest alone: ≥ {TARGET_EFFICIENCY:.0%}",
-                 learner_value("together_efficiency", efficiency),
-                 verdict(efficiency, efficiency is not None and efficiency >= TARGET_EFFICIENCY)])
-    tree = kernel_time(fig.kernels, "SumTree update + sample, capacity 2^23", "triton")
-    rows.append([f"Triton SumTree update + sample of {BATCH:,}, capacity 2^23: ≤ {TARGET_SUMTREE_US:.0f} µs",
-                 "—" if tree is None else f"{tree:,.0f} µs", verdict(tree, tree is not None and tree <= TARGET_SUMTREE_US)])
+
+def vtrace_speedup(fig: Figures) -> float | None:
     tri, ref = kernel_time(fig.kernels, "V-trace", "triton"), kernel_time(fig.kernels, "V-trace", "torch")
-    speedup = ref / tri if tri and ref else None
-    rows.append([f"Triton V-trace vs the PyTorch recursion: ≥ {TARGET_VTRACE_SPEEDUP:.0f}×",
-                 "—" if speedup is None else f"{speedup:.0f}×",
-                 verdict(speedup, speedup is not None and speedup >= TARGET_VTRACE_SPEEDUP)])
+    return ref / tri if tri and ref else None
+
+
+def median_eval_s(fig: Figures) -> float | None:
+    return statistics.median(fig.train.eval_s) if fig.train and fig.train.eval_s else None
+
+
+def return_by(fig: Figures, seconds: float = RETURN_BY_S) -> float | None:
+    """The train run's best eval return logged by `seconds` of wall time; None when the run ended
+    sooner (the default --train-seconds does) or had evaluated nothing by then."""
+    run = fig.train
+    if run is None or run.wall_s is None or run.wall_s < seconds:
+        return None
+    returns = [e.eval_return for e in run.evals if e.wall_s <= seconds]
+    return max(returns) if returns else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One H100/H200 target (docs/gpu.md): a row of the report's Targets table and of targets.csv."""
+    name: str                                    # short id, targets.csv's name
+    text: str                                    # what is measured, as the report says it
+    value: float
+    unit: str                                    # targets.csv's unit; fmt_measure shows it
+    direction: str                               # ">=": at least value; "<=": at most
+    measure: Callable[[Figures], float | None]   # None: not measured
+
+    def met(self, measured: float) -> bool:
+        return measured >= self.value if self.direction == ">=" else measured <= self.value
+
+
+TARGETS = (
+    Target("env_steps_per_s", f"Ant env steps/s, mjwarp (CUDA), N = {TARGET_ENVS:,}", 1_000_000, "env steps/s", ">=",
+           env_rate),
+    Target("critic_updates_per_s", f"critic updates/s alone at batch {BATCH:,}", 3_000, "updates/s", ">=",
+           lambda fig: learner_figure(fig.learner, "critic_updates_per_s_alone")),
+    Target("policy_updates_per_s", f"policy updates/s alone at batch {BATCH:,}", 4_000, "updates/s", ">=",
+           lambda fig: learner_figure(fig.learner, "policy_updates_per_s_alone")),
+    Target("together_efficiency", "three roles together / bound from the slowest alone (runtime.mps=auto)", 0.9,
+           "fraction", ">=", lambda fig: learner_figure(fig.learner, "together_efficiency")),
+    Target("sumtree_us", f"Triton SumTree update + sample of {BATCH:,}, capacity 2^23", 100, "us", "<=",
+           lambda fig: kernel_time(fig.kernels, "SumTree update + sample, capacity 2^23", "triton")),
+    Target("vtrace_speedup", "Triton V-trace vs the PyTorch recursion", 20, "x", ">=", vtrace_speedup),
+    Target("eval_s", "Ant evaluation (10 episodes) while the roles run, median of the train run's", 2, "s", "<=",
+           median_eval_s),
+    Target("eval_share", "share of the train run's wall time spent evaluating", 0.05, "fraction", "<=",
+           lambda fig: fig.train.eval_share if fig.train else None),
+    Target("return_at_5_min", f"eval return of python train.py task=Ant by {RETURN_BY_S:.0f} s of wall time "
+           "(--train-seconds 300)", 6_000, "return", ">=", return_by),
+)
+
+
+def fmt_measure(value: float, unit: str) -> str:
+    """A target's value or a measure as the report shows it."""
+    if unit == "fraction":
+        return f"{value:.0%}" if value >= 0.1 else f"{value:.1%}"
+    if unit == "us":
+        return f"{value:,.0f} µs"
+    if unit == "x":
+        return f"{value:.0f}×"
+    if unit == "s":
+        return f"{value:.1f} s"
+    return fmt_rate(value)
+
+
+def target_rows(fig: Figures) -> list[tuple[Target, float | None]]:
+    """Each target with its measure (None: not measured)."""
+    return [(t, t.measure(fig)) for t in TARGETS]
+
+
+def targets_table(fig: Figures) -> list[list[str]]:
+    """The report's [target, measured, verdict] rows."""
+    rows = []
+    for t, measured in target_rows(fig):
+        verdict = "not measured" if measured is None else "met" if t.met(measured) else "**not met**"
+        rows.append([f"{t.text}: {'≥' if t.direction == '>=' else '≤'} {fmt_measure(t.value, t.unit)}",
+                     "—" if measured is None else fmt_measure(measured, t.unit), verdict])
     return rows
+
+
+def write_targets_csv(path: str, fig: Figures, gpu: str) -> None:
+    """targets.csv: one row per target (TARGET_COLUMNS); measured and met empty when not measured."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=TARGET_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for t, measured in target_rows(fig):
+            writer.writerow({"name": t.name, "target": f"{t.value:g}", "unit": t.unit, "gpu": gpu,
+                             "measured": "" if measured is None else f"{measured:.6g}",
+                             "met": "" if measured is None else str(t.met(measured)).lower()})
 
 
 def env_section(rows: list[dict]) -> list[str]:
@@ -379,18 +483,41 @@ def env_section(rows: list[dict]) -> list[str]:
             *table(["", "device", "N", "env steps/s"], body, "llrr"), ""]
 
 
-def learner_section(rows: list[dict], mps_rows: list[dict]) -> list[str]:
-    first = rows[0] if rows else mps_rows[0]
-    quantities = list(dict.fromkeys([r["quantity"] for r in rows] + [r["quantity"] for r in mps_rows]))
-    header = ["", "value"] + (["under MPS"] if mps_rows else [])
+PROFILE_LABELS = {"physics": "physics", "restart": "restart", "rest": "pql's own work", "step": "whole step"}
+
+
+def profile_cell(row: dict | None) -> str:
+    """One part of a step as "ms (share)"; the whole step without its share."""
+    ms, share = (to_float(row["ms_per_step"]), to_float(row["share"])) if row else (None, None)
+    if ms is None:
+        return "—"
+    return f"{ms:.2f} ms" if row["part"] == "step" or share is None else f"{ms:.2f} ms ({share:.0%})"
+
+
+def env_profile_section(rows: list[dict]) -> list[str]:
+    """ms per step and share of each part (bench/env_throughput.py --profile), one line per N."""
+    body = []
+    for row, device, n in dict.fromkeys((r["row"], r["device"], r["num_envs"]) for r in rows):
+        parts = {r["part"]: r for r in rows if (r["row"], r["device"], r["num_envs"]) == (row, device, n)}
+        body.append([row, device, f"{int(n):,}", *(profile_cell(parts.get(part)) for part in PROFILE_LABELS)])
+    return ["## One env step, in parts (bench/env_throughput.py --profile: physics = env.physics.step, restart = "
+            "env.physics.reset, pql's own work = the rest)", "",
+            *table(["", "device", "N", *PROFILE_LABELS.values()], body, "llrrrrr"), ""]
+
+
+def learner_section(rows: list[dict], no_mps_rows: list[dict]) -> list[str]:
+    first = rows[0] if rows else no_mps_rows[0]
+    quantities = list(dict.fromkeys([r["quantity"] for r in rows] + [r["quantity"] for r in no_mps_rows]))
+    header = ["", "value"] + (["without MPS"] if no_mps_rows else [])
     body = []
     for q in quantities:
         line = [LEARNER_LABELS.get(q, q), learner_value(q, learner_figure(rows, q))]
-        if mps_rows:
-            line.append(learner_value(q, learner_figure(mps_rows, q)))
+        if no_mps_rows:
+            line.append(learner_value(q, learner_figure(no_mps_rows, q)))
         body.append(line)
     return [f"## Learner (bench/learner.py: {first['task']}, {int(first['num_envs']):,} envs, "
-            f"batch {int(first['batch_size']):,}, {first['device']}, runtime.compile={first['compile']})", "",
+            f"batch {int(first['batch_size']):,}, {first['device']}, runtime.compile={first['compile']}, "
+            f"together run with runtime.mps={first.get('mps') or 'auto'})", "",
             *table(header, body, "l" + "r" * (len(header) - 1)), ""]
 
 
@@ -407,7 +534,7 @@ def training_section(fig: Figures) -> list[str]:
     for name, run in (("train", fig.train), ("resume", fig.resume)):
         if run is None:
             continue
-        returns = [r for _, r in run.evals]
+        returns = [e.eval_return for e in run.evals]
         body.append([name, f"{run.max_time_s:.0f}", "—" if run.env_steps is None else f"{run.env_steps:,}",
                      "—" if run.wall_s is None else f"{run.wall_s:.0f}", str(len(returns)),
                      f"{returns[-1]:,.1f}" if returns else "—", f"{max(returns):,.1f}" if returns else "—"])
@@ -416,7 +543,7 @@ def training_section(fig: Figures) -> list[str]:
                      "best eval return"], body, "lrrrrrr"), ""]
     if fig.train is not None and fig.train.evals:
         lines += ["Train evaluations (env steps: return): "
-                  + ", ".join(f"{s:,}: {r:,.0f}" for s, r in fig.train.evals), ""]
+                  + ", ".join(f"{e.env_steps:,}: {e.eval_return:,.0f}" for e in fig.train.evals), ""]
     if fig.resume is not None:
         ok, text = resume_verdict(fig.train.env_steps if fig.train else None, fig.resume_start, fig.resume.env_steps)
         lines += [f"Resume: {'ok' if ok else '**failed**'}: {text}.", ""]
@@ -435,7 +562,7 @@ def build_report(info: dict, results: list[StepResult], fig: Figures, budget_s: 
     total_s = sum(r.seconds for r in results)
     lines = [f"# {info['title']}", "", *[f"- {line}" for line in info["lines"]], ""]
     if fig.mps:
-        lines += [f"- MPS (--mps): {fig.mps}", ""]
+        lines += [f"- MPS in the learner bench's together run: {fig.mps}", ""]
     lines += [f"**{passed} of {len(results)} steps passed** in {fmt_duration(total_s)} (budget {fmt_duration(budget_s)}). "
               f"Every step's whole output: {FILES['log']}.", ""]
     step_rows = []
@@ -448,11 +575,14 @@ def build_report(info: dict, results: list[StepResult], fig: Figures, budget_s: 
         step_rows.append([r.title, status if r.status == OK else f"**{status}**",
                           "—" if r.status == SKIPPED else fmt_duration(r.seconds)])
     lines += table(["step", "status", "time"], step_rows, "llr") + [""]
-    lines += ["## Targets (docs/gpu.md, H100/H200)", "", *table(["target", "measured", ""], targets(fig), "lrl"), ""]
+    lines += [f"## Targets (docs/gpu.md, H100/H200; also in {FILES['targets']})", "",
+              *table(["target", "measured", ""], targets_table(fig), "lrl"), ""]
     if fig.env:
         lines += env_section(fig.env)
-    if fig.learner or fig.learner_mps:
-        lines += learner_section(fig.learner, fig.learner_mps)
+    if fig.env_profile:
+        lines += env_profile_section(fig.env_profile)
+    if fig.learner or fig.learner_no_mps:
+        lines += learner_section(fig.learner, fig.learner_no_mps)
     if fig.kernels:
         lines += kernels_section(fig.kernels)
     if fig.train is not None or fig.resume is not None:
@@ -469,7 +599,7 @@ def build_report(info: dict, results: list[StepResult], fig: Figures, budget_s: 
 def console_summary(results: list[StepResult], fig: Figures, report_path: str) -> list[str]:
     """The few lines printed at the end: the targets, the resume, where the report is."""
     lines = ["", "targets:"]
-    lines += [f"  {target}: {measured} ({verdict.strip('*')})" for target, measured, verdict in targets(fig)]
+    lines += [f"  {target}: {measured} ({verdict.strip('*')})" for target, measured, verdict in targets_table(fig)]
     if fig.resume is not None:
         ok, text = resume_verdict(fig.train.env_steps if fig.train else None, fig.resume_start, fig.resume.env_steps)
         lines.append(f"resume: {'ok' if ok else 'FAILED'}: {text}")
@@ -477,7 +607,8 @@ def console_summary(results: list[StepResult], fig: Figures, report_path: str) -
         ok, text = release_verdict(fig.unreleased)
         lines.append(f"shared CUDA tensors: {'' if ok else 'NOT RELEASED: '}{text}")
     if fig.train is not None and fig.train.evals:
-        lines.append(f"train: eval return {fig.train.evals[-1][1]:,.1f} at {fig.train.evals[-1][0]:,} env steps")
+        lines.append(f"train: eval return {fig.train.evals[-1].eval_return:,.1f} at {fig.train.evals[-1].env_steps:,} "
+                     "env steps")
     failed = [r for r in results if r.status != OK]
     lines.append(f"gpu_check: {len(results) - len(failed)} of {len(results)} steps passed"
                  + (f" (not: {', '.join(r.name for r in failed)})" if failed else "") + f"; report: {report_path}")
@@ -537,7 +668,7 @@ def git_revision() -> str:
 
 
 def mps_pipe_directory() -> str:
-    return os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    return os.environ.get(PIPE_ENV, DEFAULT_PIPE_DIRECTORY)
 
 
 def machine_info(started: datetime.datetime) -> dict:
@@ -560,61 +691,6 @@ def machine_info(started: datetime.datetime) -> dict:
                       f"MPS before the check: {mps}"]}
 
 
-class Mps:
-    """An MPS control daemon of the check's own, on a private pipe directory: only processes given
-    `env` become its clients, and a daemon the host may already run is left alone."""
-
-    def __init__(self):
-        # Short, under /tmp: the pipe directory holds UNIX sockets, whose paths are limited to
-        # 108 bytes.
-        self.directory = tempfile.mkdtemp(prefix="pql-mps-", dir="/tmp")
-        self.env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(self.directory, "pipe"),
-                    "CUDA_MPS_LOG_DIRECTORY": os.path.join(self.directory, "log")}
-        for path in self.env.values():
-            os.makedirs(path)
-        self.started = False
-
-    def control(self, *args: str, command: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([MPS_CONTROL, *args], input=command, capture_output=True, text=True, timeout=30,
-                              env={**os.environ, **self.env})
-
-    def start(self) -> str | None:
-        """Start the daemon. -> None, or why it could not start."""
-        if shutil.which(MPS_CONTROL) is None:
-            return f"{MPS_CONTROL} is not on PATH (it comes with the NVIDIA driver's utilities)"
-        try:
-            done = self.control("-d")
-        except subprocess.TimeoutExpired:
-            return f"{MPS_CONTROL} -d did not return within 30 s"
-        if done.returncode != 0:
-            return f"{MPS_CONTROL} -d failed (exit {done.returncode}): {(done.stdout + done.stderr).strip()[:200]}"
-        self.started = True
-        return None
-
-    def servers(self) -> str:
-        """The MPS servers' PIDs: one exists once a client has connected."""
-        try:
-            return self.control(command="get_server_list\n").stdout.strip()
-        except subprocess.TimeoutExpired:
-            return ""
-
-    def stop(self) -> str:
-        """Stop the daemon (and its server) if it started, and remove its directory; -> its logs."""
-        if self.started:
-            try:
-                self.control(command="quit\n")
-            except subprocess.TimeoutExpired:
-                pass
-        logs = []
-        for name in ("control.log", "server.log"):
-            path = os.path.join(self.env["CUDA_MPS_LOG_DIRECTORY"], name)
-            if os.path.isfile(path):
-                with open(path, errors="replace") as f:
-                    logs.append(f"--- MPS {name}\n{f.read()}")
-        shutil.rmtree(self.directory, ignore_errors=True)
-        return "\n".join(logs)
-
-
 # ---------------------------------------------------------------------------------------------
 # The check
 
@@ -625,9 +701,9 @@ def bench(script: str, *args: str) -> list[str]:
     return [sys.executable, os.path.join(ROOT, "bench", script), *args]
 
 
-def learner_step(name: str, title: str, csv_path: str) -> Step:
+def learner_step(name: str, title: str, csv_path: str, *args: str) -> Step:
     return Step(name, title, bench("learner.py", "--task", "Ant", "--device", "cuda", "--batch-size", str(BATCH),
-                                   "--seconds", "2", "--together-seconds", "60", "--csv", csv_path), 240)
+                                   "--seconds", "2", "--together-seconds", "60", "--csv", csv_path, *args), 240)
 
 
 def train_step(name: str, title: str, run_dir: str, seconds: float, overrides: tuple[str, ...] = ()) -> Step:
@@ -646,23 +722,22 @@ class Check:
         self.results: dict[str, StepResult] = {}
         self.train_s: float | None = None   # the runs' runtime.max_time_s, once they ran
         self.resume_s: float | None = None
-        self.mps_note: str | None = None
         self.order = [s for s in STEPS if s in args.steps]
-        if args.mps and "learner" in self.order:
-            self.order.insert(self.order.index("learner") + 1, "learner_mps")
+        if args.without_mps and "learner" in self.order:
+            self.order.insert(self.order.index("learner") + 1, "learner_no_mps")
         self.train_dir, self.resume_dir = os.path.join(runs, "train"), os.path.join(runs, "resume")
         self.checkpoint = os.path.join(self.train_dir, "checkpoint.pt")
         self.steps = {
             "tests": Step("tests", "kernel tests (pytest tests/kernels -m gpu)",
                           [sys.executable, "-m", "pytest", os.path.join(ROOT, "tests", "kernels"), "-m", "gpu", "-q",
                            "-p", "no:cacheprovider"], 240),
-            "env": Step("env", "env throughput (Ant, mjwarp, CUDA)",
+            "env": Step("env", "env throughput and step profile (Ant, mjwarp, CUDA)",
                         bench("env_throughput.py", "--task", "Ant", "--backends", "mjwarp", "--devices", "cuda",
                               "--sizes", *map(str, ENV_SIZES), "--seconds", "2", "--gym-sizes", "--rollout-sizes",
-                              "--csv", self.path("env")), 240),
+                              "--csv", self.path("env"), "--profile-csv", self.path("env_profile")), 240),
             "learner": learner_step("learner", f"learner bench (batch {BATCH:,})", self.path("learner")),
-            "learner_mps": learner_step("learner_mps", f"learner bench under MPS (batch {BATCH:,})",
-                                        self.path("learner_mps")),
+            "learner_no_mps": learner_step("learner_no_mps", f"learner bench without MPS (batch {BATCH:,})",
+                                           self.path("learner_no_mps"), "--mps", "off"),
             "kernels": Step("kernels", "kernels bench (Triton vs reference vs torchrl)",
                             bench("kernels.py", "--device", "cuda", "--csv", self.path("kernels")), 180),
             "train": train_step("train", "train (python train.py task=Ant)", self.train_dir, args.train_seconds),
@@ -711,8 +786,6 @@ class Check:
             return skipped(step, f"the train run left no {METRICS_CSV}")
         if left < MIN_STEP_S:
             return skipped(step, f"{left:.0f} s of the budget left")
-        if name == "learner_mps":
-            return self.run_under_mps(step, left)
         return run_step(step, self.log_path, left)
 
     @staticmethod
@@ -722,30 +795,12 @@ class Check:
             result.detail = f"{result.detail}; {note}" if result.detail else note
         return result
 
-    def run_under_mps(self, step: Step, left: float) -> StepResult:
-        mps = Mps()
-        problem = mps.start()
-        if problem:
-            self.mps_note = f"not used: {problem}"
-            mps.stop()
-            return skipped(step, problem)
-        try:
-            result = run_step(dataclasses.replace(step, env=mps.env), self.log_path, left)
-            servers = mps.servers()
-        finally:
-            logs = mps.stop()
-        with open(self.log_path, "a") as log:
-            log.write(f"\n{logs}\n")
-        self.mps_note = (f"a daemon of the check's own served the learner bench (MPS server PIDs: "
-                         f"{', '.join(servers.split())})" if servers else
-                         "the daemon started, but no MPS server ever ran: the bench's processes did not connect "
-                         "to it (the MPS logs are at the end of log.txt)")
-        return result
-
     def figures(self) -> Figures:
-        fig = Figures(env=read_csv(self.path("env")), learner=read_csv(self.path("learner")),
-                      learner_mps=read_csv(self.path("learner_mps")), kernels=read_csv(self.path("kernels")),
-                      mps=self.mps_note)
+        fig = Figures(env=read_csv(self.path("env")), env_profile=read_csv(self.path("env_profile")),
+                      learner=read_csv(self.path("learner")), learner_no_mps=read_csv(self.path("learner_no_mps")),
+                      kernels=read_csv(self.path("kernels")))
+        if "learner" in self.results:
+            fig.mps = mps_note(self.results["learner"].output)
         if "tests" in self.results:
             fig.tests_summary = tests_summary(self.results["tests"].output)
         if self.train_s is not None and os.path.isdir(self.train_dir):
@@ -761,9 +816,11 @@ class Check:
         return fig
 
     def write_report(self) -> Figures:
+        """report.md and targets.csv from what the steps so far left."""
         fig = self.figures()
         with open(self.report_path, "w") as f:
             f.write(build_report(self.info, list(self.results.values()), fig, self.args.budget_s))
+        write_targets_csv(self.path("targets"), fig, self.info["gpu_name"])
         return fig
 
     def run_all(self) -> int:
@@ -793,11 +850,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "returns only a few files from the report directory, put them elsewhere")
     parser.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS),
                         help="the steps to run (default: all); resume and plot need train")
-    parser.add_argument("--mps", action="store_true",
-                        help="also run the learner bench under an MPS daemon of the check's own, started and "
-                             "stopped around it")
+    parser.add_argument("--without-mps", action="store_true",
+                        help="also run the learner bench with --mps off (its together run's role processes taking "
+                             "turns on the GPU), to compare with the MPS path of a training run")
     parser.add_argument("--budget-s", type=float, default=560.0, help="wall-clock budget of the whole check")
-    parser.add_argument("--train-seconds", type=float, default=180.0, help="runtime.max_time_s of the train run")
+    parser.add_argument("--train-seconds", type=float, default=180.0,
+                        help="runtime.max_time_s of the train run; --train-seconds 300 measures the "
+                             "return_at_5_min target, which a shorter run leaves unmeasured (raise --budget-s with "
+                             "it, or the run is shortened to fit)")
     parser.add_argument("--resume-seconds", type=float, default=45.0, help="runtime.max_time_s of the resumed run")
     args = parser.parse_args(argv)
     for name in ("budget_s", "train_seconds", "resume_seconds"):

@@ -2,6 +2,7 @@
 
     python bench/learner.py [--task Ant] [--device auto] [--batch-size 8192] [--num-envs N]
                             [--seconds 10] [--together-seconds S] [--csv PATH] [--greedy-nstep]
+                            [--mps auto|on|off]
 
 Prints critic updates/s and policy updates/s at the given batch with the default networks, the
 actor's env steps/s, and the three roles running together (process mode, for --together-seconds:
@@ -9,9 +10,12 @@ default max(30, 3 × --seconds); 0 leaves that run out), measured over its stead
 intervals after both learners began to update, so not their compilation), with the ratios there and the
 efficiency: together env steps/s over what the slowest role alone allows
 (min(actor alone, critic alone · num_envs / beta_av, policy alone · beta_pv · num_envs / beta_av)).
---csv also writes each figure as a row (task, device, num_envs, batch_size, compile, quantity,
-value). --greedy-nstep measures with algo.greedy_nstep=true. The updates run as the learners run
-them: fused Adam, and CUDA graphs where runtime.compile is on (its default on CUDA).
+--csv also writes each figure as a row (task, device, num_envs, batch_size, compile, mps, quantity,
+value; mps: the together run's runtime.mps). --greedy-nstep measures with algo.greedy_nstep=true.
+The updates run as the learners run them: fused Adam, and CUDA graphs where runtime.compile is on
+(its default on CUDA). --mps is the together run's runtime.mps (default auto: on CUDA the run starts
+an MPS daemon of its own, as a training run does; off: the role processes take turns on the GPU);
+the bench prints the run's line about MPS.
 
 Also home to the helpers the other bench scripts share (`timed`, `CsvRows`).
 """
@@ -33,6 +37,7 @@ from pql.algos.common import SoftUpdate, adam  # noqa: E402
 from pql.config import apply_device_defaults, load_config  # noqa: E402
 from pql.replay.nstep import keeps_first_step, transition_spec  # noqa: E402
 from pql.runtime.device import use_device  # noqa: E402
+from pql.runtime.mps import MODES as MPS_MODES  # noqa: E402
 from pql.runtime.off_policy.learners import compile_update  # noqa: E402
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared  # noqa: E402
 
@@ -178,8 +183,15 @@ def steady_rates(rows: list[dict], num_envs: int, seconds: float) -> dict:
             "steady_from_s": float(steady[0]["wall_time_s"])}
 
 
+def mps_line(output: str) -> str | None:
+    """train.py's line about MPS in its output (pql.runtime.mps.sharing_gpu), or None: it printed
+    none (runtime.mps=off, or no processes on a GPU)."""
+    return next((line for line in output.splitlines() if line.startswith("pql: MPS")), None)
+
+
 def together(overrides: list[str], num_envs: int, seconds: float) -> dict:
-    """Run train.py in process mode for `seconds` and read its steady rates off metrics.csv."""
+    """Run train.py in process mode for `seconds` and read its steady rates off metrics.csv;
+    "mps" holds the run's line about MPS (None: it printed none, as on the CPU)."""
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -194,7 +206,7 @@ def together(overrides: list[str], num_envs: int, seconds: float) -> dict:
             raise RuntimeError(f"the together run failed (exit {done.returncode}): {' '.join(cmd)}\n{tail}")
         with open(os.path.join(run_dir, "metrics.csv")) as f:
             rows = list(csv.DictReader(f))
-    return steady_rates(rows, num_envs, seconds)
+    return {**steady_rates(rows, num_envs, seconds), "mps": mps_line(done.stdout)}
 
 
 def main() -> None:
@@ -208,6 +220,8 @@ def main() -> None:
                         help="length of the together run (default max(30, 3 × --seconds); 0: no together run)")
     parser.add_argument("--csv", default=None, help="also write the figures to this CSV file")
     parser.add_argument("--greedy-nstep", action="store_true", help="with algo.greedy_nstep=true")
+    parser.add_argument("--mps", choices=MPS_MODES, default="auto",
+                        help="runtime.mps of the together run (default auto: an MPS daemon of the run's own on CUDA)")
     args = parser.parse_args()
     if args.together_seconds is not None and args.together_seconds < 0:
         parser.error(f"--together-seconds {args.together_seconds} is negative; give 0 (no together run) or more")
@@ -224,11 +238,11 @@ def main() -> None:
     probe.close()
     threads = torch.get_num_threads()
     n, bav, bpv = cfg.task.num_envs, cfg.algo.beta_av, cfg.algo.beta_pv
-    rows = CsvRows(args.csv, ["task", "device", "num_envs", "batch_size", "compile", "quantity", "value"])
+    rows = CsvRows(args.csv, ["task", "device", "num_envs", "batch_size", "compile", "mps", "quantity", "value"])
 
     def record(quantity: str, value: float) -> None:
         rows.write(task=args.task, device=str(device), num_envs=n, batch_size=args.batch_size,
-                   compile=str(cfg.runtime.compile).lower(), quantity=quantity, value=f"{value:.6g}")
+                   compile=str(cfg.runtime.compile).lower(), mps=args.mps, quantity=quantity, value=f"{value:.6g}")
 
     critic, policy = learner_rates(cfg, obs_dim, act_dim, device, args.seconds)
     record("critic_updates_per_s_alone", critic)
@@ -249,7 +263,8 @@ def main() -> None:
     seconds = max(30.0, 3 * args.seconds) if args.together_seconds is None else args.together_seconds
     if seconds > 0:
         overrides = [f"task={args.task}", f"task.num_envs={n}", f"algo.batch_size={args.batch_size}",
-                     f"runtime.device={cfg.runtime.device}", f"algo.greedy_nstep={str(args.greedy_nstep).lower()}"]
+                     f"runtime.device={cfg.runtime.device}", f"algo.greedy_nstep={str(args.greedy_nstep).lower()}",
+                     f"runtime.mps={args.mps}"]
         run = together(overrides, n, seconds)
         for quantity, key in (("together_env_steps_per_s", ENV_RATE), ("together_critic_updates_per_s", CRITIC_RATE),
                               ("together_policy_updates_per_s", POLICY_RATE),
@@ -260,6 +275,7 @@ def main() -> None:
         print(f"steady from {run['steady_from_s']:.0f} s of {seconds:g}; ratios there: critic/actor step "
               f"{run['ratio/beta_av']:.2f} (target {bav}), critic/policy {run['ratio/beta_pv']:.2f} (target {bpv})")
         print(f"efficiency together / bound: {run[ENV_RATE] / bound:.0%}")
+        print(f"together run, runtime.mps={args.mps}: {run['mps'] or 'it printed no line about MPS'}")
     rows.close()
 
 

@@ -1,6 +1,9 @@
 """bench/learner.py's together run is measured over its steady state, never over the learners'
-compilation (on an H100 with cold caches a 30-s window read 15% of the bound, docs/gpu.md)."""
+compilation (on an H100 with cold caches a 30-s window read 15% of the bound, docs/gpu.md), and
+records the together run's runtime.mps."""
+import csv
 import os
+import subprocess
 import sys
 
 import pytest
@@ -41,3 +44,24 @@ def test_rows_without_a_timing_are_left_out():
 def test_a_run_too_short_for_a_steady_state_asks_for_more_seconds(rows, says):
     with pytest.raises(RuntimeError, match=f"no steady state in 30 s .*{says}.*--together-seconds"):
         learner.steady_rates(rows, NUM_ENVS, 30)
+
+
+def test_the_together_runs_line_about_mps_is_found():
+    output = ("pql 0.2.0: task=Ant algo=pql device=cuda:0 ...\n"
+              "pql: MPS: a daemon of this run's own (/tmp/pql-mps-x/pipe) lets the roles share the GPU; it stops "
+              "with the run\nstep 1 ...\n")
+    assert learner.mps_line(output).startswith("pql: MPS: a daemon of this run's own")
+    assert learner.mps_line("pql 0.2.0: task=Ant algo=pql device=cpu\n") is None
+
+
+def test_the_csv_records_the_together_runs_mps_mode(tmp_path):
+    path = tmp_path / "learner.csv"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "learner.py"), "--device", "cpu", "--num-envs",
+                           "4", "--batch-size", "16", "--seconds", "0.1", "--together-seconds", "0", "--mps", "off",
+                           "--csv", str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["quantity"] for r in rows] == ["critic_updates_per_s_alone", "policy_updates_per_s_alone",
+                                             "actor_env_steps_per_s_alone", "bound_env_steps_per_s"]
+    assert {r["mps"] for r in rows} == {"off"}

@@ -3,6 +3,7 @@ check and the report, with fake steps standing in for the GPU benches and traini
 import dataclasses
 import datetime
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -120,17 +121,34 @@ def test_log_parsers():
     assert gpu_check.tests_summary(output) == "40 passed, 12 deselected in 31.20s"
 
 
-ENV_ROWS = [{"task": "Ant", "row": "pql mjwarp", "device": "cuda", "num_envs": str(n), "env_steps_per_s": rate,
-             "error": error} for n, rate, error in ((4096, "400000.0", ""), (16384, "1100000.0", ""),
-                                                    (32768, "", "OutOfMemoryError: CUDA out of memory"))]
+def env_rows(rate_at_32768: str, error: str = "") -> list[dict]:
+    return [{"task": "Ant", "row": "pql mjwarp", "device": "cuda", "num_envs": str(n), "env_steps_per_s": rate,
+             "error": err} for n, rate, err in ((4096, "400000.0", ""), (16384, "1100000.0", ""),
+                                                (32768, rate_at_32768, error))]
 
 
-def learner_rows(critic: float, efficiency: float) -> list[dict]:
-    values = {"critic_updates_per_s_alone": critic, "policy_updates_per_s_alone": 2000.0,
+ENV_ROWS = env_rows("", "OutOfMemoryError: CUDA out of memory")
+PROFILE_ROWS = [{"task": "Ant", "row": "pql mjwarp", "device": "cuda", "num_envs": str(n), "part": part,
+                 "ms_per_step": ms, "share": share}
+                for n in (4096, 16384)
+                for part, ms, share in (("physics", "20.0", "0.8"), ("restart", "1.25", "0.05"), ("rest", "3.75", "0.15"),
+                                        ("step", "25.0", "1.0"))]
+
+
+def learner_rows(critic: float, efficiency: float, mps: str = "auto") -> list[dict]:
+    values = {"critic_updates_per_s_alone": critic, "policy_updates_per_s_alone": 4500.0,
               "actor_env_steps_per_s_alone": 900000.0, "bound_env_steps_per_s": 500000.0,
               "together_env_steps_per_s": 500000.0 * efficiency, "together_efficiency": efficiency}
     return [{"task": "Ant", "device": "cuda", "num_envs": "4096", "batch_size": "8192", "compile": "true",
-             "quantity": q, "value": str(v)} for q, v in values.items()]
+             "mps": mps, "quantity": q, "value": str(v)} for q, v in values.items()]
+
+
+def metrics_csv(path, rows: list[tuple]) -> None:
+    """A metrics.csv with columns env_steps, wall_time_s, eval/return, time/eval_s, time/eval_share."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["env_steps,wall_time_s,eval/return,time/eval_s,time/eval_share"]
+    lines += [",".join("" if v is None else str(v) for v in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
 
 
 KERNEL_ROWS = [{"device": "cuda", "operation": op, "impl": impl, "microseconds": us, "note": note}
@@ -148,7 +166,7 @@ def test_report_from_step_results_and_bench_rows():
                gpu_check.StepResult("env", "env throughput", "python bench/env_throughput.py", gpu_check.FAILED, 90,
                                     "exit 1", "line a\nTraceback\nOutOfMemoryError: CUDA out of memory\n"),
                gpu_check.StepResult("learner", "learner bench", "python bench/learner.py", gpu_check.OK, 70),
-               gpu_check.StepResult("learner_mps", "learner bench under MPS", "python bench/learner.py",
+               gpu_check.StepResult("learner_no_mps", "learner bench without MPS", "python bench/learner.py",
                                     gpu_check.OK, 70),
                gpu_check.StepResult("kernels", "kernels bench", "python bench/kernels.py", gpu_check.OK, 30),
                gpu_check.StepResult("train", "train", "python train.py task=Ant", gpu_check.OK, 230),
@@ -156,26 +174,36 @@ def test_report_from_step_results_and_bench_rows():
                gpu_check.StepResult("plot", "return curve", "python -m pql.plot", gpu_check.SKIPPED,
                                     detail="10 s of the budget left")]
     fig = gpu_check.Figures(
-        env=ENV_ROWS, learner=learner_rows(critic=1500.0, efficiency=0.6),
-        learner_mps=learner_rows(critic=1400.0, efficiency=0.85), kernels=KERNEL_ROWS,
+        env=ENV_ROWS, env_profile=PROFILE_ROWS, learner=learner_rows(critic=3500.0, efficiency=0.6),
+        learner_no_mps=learner_rows(critic=3400.0, efficiency=0.45, mps="off"), kernels=KERNEL_ROWS,
         tests_summary="40 passed, 12 deselected in 31.20s",
-        train=gpu_check.RunSummary(180, 9_000_000, 190.0, [(2_000_000, 500.0), (9_000_000, 2500.0)]),
-        resume=gpu_check.RunSummary(45, 11_000_000, 240.0, [(11_000_000, 2600.0)]), resume_start=9_000_000,
-        curve="return_curve.png", mps="a daemon of the check's own served the learner bench", unreleased=["resume"])
+        train=gpu_check.RunSummary(180, 9_000_000, 190.0, [gpu_check.Eval(2_000_000, 60.0, 500.0),
+                                                           gpu_check.Eval(9_000_000, 185.0, 2500.0)],
+                                   eval_s=[1.5, 2.5, 1.8], eval_share=0.04),
+        resume=gpu_check.RunSummary(45, 11_000_000, 240.0, [gpu_check.Eval(11_000_000, 230.0, 2600.0)]),
+        resume_start=9_000_000, curve="return_curve.png",
+        mps="runtime.mps=auto: pql: MPS: a daemon of this run's own lets the roles share the GPU", unreleased=["resume"])
     report = gpu_check.build_report(INFO, results, fig, budget_s=560)
     assert report.startswith("# pql GPU check, test")
     assert "**6 of 8 steps passed**" in report
     assert "| kernel tests | ok: 40 passed, 12 deselected in 31.20s | 40 s |" in report
     assert "| env throughput | **failed (exit 1)** | 90 s |" in report
     assert "| return curve | **skipped (10 s of the budget left)** | — |" in report
-    # Targets: the env rate at N ≥ 16,384, the learner without MPS, the kernels.
-    assert "| 1,100,000 (N = 16,384) | met |" in report
-    assert "| 1,500 | met |" in report
-    assert "| 60% | **not met** |" in report
+    # Targets: the env rate at N = 32,768 (failed there), the learner on the MPS path, the kernels,
+    # the train run's evaluations; its return by 300 s needs a run that long.
+    assert "| Ant env steps/s, mjwarp (CUDA), N = 32,768: ≥ 1,000,000 | — | not measured |" in report
+    assert "| critic updates/s alone at batch 8,192: ≥ 3,000 | 3,500 | met |" in report
+    assert "| policy updates/s alone at batch 8,192: ≥ 4,000 | 4,500 | met |" in report
+    assert "(runtime.mps=auto): ≥ 90% | 60% | **not met** |" in report
     assert "| 80 µs | met |" in report
     assert "| 10× | **not met** |" in report
+    assert "median of the train run's: ≤ 2.0 s | 1.8 s | met |" in report
+    assert "spent evaluating: ≤ 5.0% | 4.0% | met |" in report
+    assert "(--train-seconds 300): ≥ 6,000 | — | not measured |" in report
     assert "| pql mjwarp | cuda | 32,768 | failed: OutOfMemoryError: CUDA out of memory |" in report
-    assert "| together / bound | 60% | 85% |" in report  # the MPS column
+    assert "| pql mjwarp | cuda | 4,096 | 20.00 ms (80%) | 1.25 ms (5%) | 3.75 ms (15%) | 25.00 ms |" in report
+    assert "| together / bound | 60% | 45% |" in report  # the column without MPS
+    assert "- MPS in the learner bench's together run: runtime.mps=auto: pql: MPS: a daemon" in report
     assert "| 80 µs (11x) | 900 µs | — |" in report
     assert "n/a (torchrl not installed)" in report
     assert "| train | 180 | 9,000,000 | 190 | 2 | 2,500.0 | 2,500.0 |" in report
@@ -184,6 +212,40 @@ def test_report_from_step_results_and_bench_rows():
     assert "![eval return of the train run](return_curve.png)" in report
     assert "### env throughput: failed (exit 1)" in report and "OutOfMemoryError: CUDA out of memory\n```" in report
     assert "python train.py task=Ant checkpoint=x" in report  # the commands, to rerun a step
+
+
+def test_the_train_runs_evaluations_measure_their_targets(tmp_path):
+    """From the run's metrics.csv: the median evaluation time, the last evaluation share, and the
+    best return logged by 300 s of wall time (not a better one after it, nor any in a shorter run)."""
+    run = tmp_path / "train"
+    metrics_csv(run / "metrics.csv", [(1_000_000, 100.0, 3000.0, 1.0, 0.01), (2_000_000, 110.0, None, None, None),
+                                      (3_000_000, 250.0, 6500.0, 3.0, 0.02), (4_000_000, 299.0, 6100.0, 1.5, 0.03),
+                                      (5_000_000, 320.0, 7000.0, 1.2, 0.04)])
+    fig = gpu_check.Figures(train=gpu_check.run_summary(str(run), 300))
+    assert fig.train.wall_s == 320.0 and fig.train.eval_s == [1.0, 3.0, 1.5, 1.2]
+    assert [e.wall_s for e in fig.train.evals] == [100.0, 250.0, 299.0, 320.0]
+    gpu_check.write_targets_csv(str(tmp_path / "targets.csv"), fig, "NVIDIA H200")
+    with open(tmp_path / "targets.csv", newline="") as f:
+        header = f.readline().strip()
+    assert header == "name,target,measured,unit,met,gpu"
+    rows = {r["name"]: r for r in gpu_check.read_csv(str(tmp_path / "targets.csv"))}
+    assert [r["name"] for r in gpu_check.read_csv(str(tmp_path / "targets.csv"))] == [t.name for t in gpu_check.TARGETS]
+    assert (rows["eval_s"]["measured"], rows["eval_s"]["met"]) == ("1.35", "true")
+    assert (rows["eval_share"]["measured"], rows["eval_share"]["met"]) == ("0.04", "true")
+    assert (rows["return_at_5_min"]["measured"], rows["return_at_5_min"]["met"]) == ("6500", "true")
+    assert rows["critic_updates_per_s"]["measured"] == rows["critic_updates_per_s"]["met"] == ""
+    assert {r["gpu"] for r in rows.values()} == {"NVIDIA H200"}
+
+    metrics_csv(run / "metrics.csv", [(1_000_000, 100.0, 3000.0, 1.0, 0.01), (3_000_000, 250.0, 6500.0, 3.0, 0.02)])
+    short = gpu_check.Figures(train=gpu_check.run_summary(str(run), 250))
+    assert gpu_check.return_by(short) is None  # ended before 300 s: not measured
+
+
+def test_a_target_is_met_in_its_direction():
+    at_least = gpu_check.Target("x", "x", 10, "s", ">=", lambda fig: None)
+    at_most = dataclasses.replace(at_least, direction="<=")
+    assert at_least.met(10) and at_least.met(11) and not at_least.met(9)
+    assert at_most.met(10) and at_most.met(9) and not at_most.met(11)
 
 
 def test_nothing_runs_without_budget(tmp_path):
@@ -211,8 +273,8 @@ if "checkpoint" in overrides:
     start = load_checkpoint(overrides["checkpoint"])["counters"]["env_steps"]
     print(f"pql: resuming from {overrides['checkpoint']} at {start:,} env steps")
 with open(os.path.join(run_dir, "metrics.csv"), "w") as f:
-    f.write("env_steps,wall_time_s,eval/return\\n")
-    f.write(f"{start + 500},1.0,100.0\\n{start + 1000},2.0,300.0\\n")
+    f.write("env_steps,wall_time_s,eval/return,time/eval_s,time/eval_share\\n")
+    f.write(f"{start + 500},1.0,100.0,0.5,0.5\\n{start + 1000},2.0,300.0,1.5,0.75\\n")
 save_checkpoint(os.path.join(run_dir, "checkpoint.pt"), {"counters": {"env_steps": start + 1000}})
 """
 
@@ -225,37 +287,55 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     fake_train = tmp_path / "fake_train.py"
     fake_train.write_text(FAKE_TRAIN)
     monkeypatch.setattr(gpu_check, "TRAIN", str(fake_train))
-    monkeypatch.setattr(gpu_check, "MPS_CONTROL", "pql-test-no-such-mps-control")
-    args = gpu_check.parse_args(["--out", str(out), "--runs-dir", str(runs), "--mps",
+    args = gpu_check.parse_args(["--out", str(out), "--runs-dir", str(runs), "--without-mps",
                                  "--train-seconds", "2", "--resume-seconds", "1"])
     out.mkdir()
     check = gpu_check.Check(args, str(out), str(runs), INFO)
-    env_csv = "task,row,device,num_envs,env_steps_per_s,error\nAnt,pql mjwarp,cuda,16384,1234567.0,\n"
-    learner_csv = ("task,device,num_envs,batch_size,compile,quantity,value\n"
-                   "Ant,cuda:0,4096,8192,true,critic_updates_per_s_alone,1200\n")
+    env_csv = "task,row,device,num_envs,env_steps_per_s,error\nAnt,pql mjwarp,cuda,32768,1234567.0,\n"
+    profile_csv = ("task,row,device,num_envs,part,ms_per_step,share\n"
+                   + "".join(f"Ant,pql mjwarp,cuda,32768,{part},{ms},{ms / 40}\n"
+                             for part, ms in (("physics", 30), ("restart", 2), ("rest", 8), ("step", 40))))
+    learner_csv = ("task,device,num_envs,batch_size,compile,mps,quantity,value\n"
+                   "Ant,cuda:0,4096,8192,true,auto,critic_updates_per_s_alone,3200\n")
+    learner_off_csv = learner_csv.replace(",auto,", ",off,").replace("3200", "2900")
+    # The learner bench runs on the MPS path of a training run, then with --mps off; the env bench profiles.
+    assert "--mps" not in check.steps["learner"].argv and check.steps["learner_no_mps"].argv[-2:] == ["--mps", "off"]
+    assert check.steps["env"].argv[-2:] == ["--profile-csv", check.path("env_profile")]
     fakes = {"tests": "print('3 passed, 2 deselected in 0.10s')",
-             "env": f"open({check.path('env')!r}, 'w').write({env_csv!r})",
-             "learner": f"open({check.path('learner')!r}, 'w').write({learner_csv!r})",
+             "env": f"open({check.path('env')!r}, 'w').write({env_csv!r}); "
+                    f"open({check.path('env_profile')!r}, 'w').write({profile_csv!r})",
+             "learner": f"open({check.path('learner')!r}, 'w').write({learner_csv!r}); "
+                        "print('together run, runtime.mps=auto: pql: MPS not used: no daemon here')",
+             "learner_no_mps": f"open({check.path('learner_no_mps')!r}, 'w').write({learner_off_csv!r})",
              "kernels": "print('compiling'); print('boom'); raise SystemExit(1)"}
     for name, code in fakes.items():
         check.steps[name] = dataclasses.replace(check.steps[name], argv=[sys.executable, "-c", code])
 
-    assert check.run_all() == 1  # the kernels step failed, MPS could not start
+    assert check.run_all() == 1  # the kernels step failed
     statuses = {name: r.status for name, r in check.results.items()}
-    assert statuses == {"tests": "ok", "env": "ok", "learner": "ok", "learner_mps": "skipped", "kernels": "failed",
+    assert statuses == {"tests": "ok", "env": "ok", "learner": "ok", "learner_no_mps": "ok", "kernels": "failed",
                         "train": "ok", "resume": "ok", "plot": "ok"}
     assert "runtime.max_time_s=2" in (runs / "train" / "argv.txt").read_text()
     resume_argv = (runs / "resume" / "argv.txt").read_text()
     assert f"checkpoint={runs / 'train' / 'checkpoint.pt'}" in resume_argv
     assert "runtime.max_time_s=1" in resume_argv and "runtime.max_env_steps=20001000" in resume_argv
-    assert sorted(os.listdir(out)) == ["env_throughput.csv", "learner.csv", "log.txt", "report.md",
-                                       "return_curve.png"]
+    assert sorted(os.listdir(out)) == ["env_profile.csv", "env_throughput.csv", "learner.csv", "learner_no_mps.csv",
+                                       "log.txt", "report.md", "return_curve.png", "targets.csv"]
+    assert len(gpu_check.FILES) <= 9
     report = (out / "report.md").read_text()
-    assert "**6 of 8 steps passed**" in report
+    assert "**7 of 8 steps passed**" in report
     assert "ok: 3 passed, 2 deselected in 0.10s" in report
-    assert "| 1,234,567 (N = 16,384) | met |" in report
-    assert "| 1,200 | met |" in report
-    assert "MPS (--mps): not used: pql-test-no-such-mps-control is not on PATH" in report
+    assert "N = 32,768: ≥ 1,000,000 | 1,234,567 | met |" in report
+    assert "batch 8,192: ≥ 3,000 | 3,200 | met |" in report
+    assert "| pql mjwarp | cuda | 32,768 | 30.00 ms (75%) | 2.00 ms (5%) | 8.00 ms (20%) | 40.00 ms |" in report
+    assert "| critic updates/s, V-learner alone | 3,200 | 2,900 |" in report
+    assert "- MPS in the learner bench's together run: runtime.mps=auto: pql: MPS not used: no daemon here" in report
+    assert "median of the train run's: ≤ 2.0 s | 1.0 s | met |" in report
+    targets = {r["name"]: r for r in gpu_check.read_csv(str(out / "targets.csv"))}
+    assert targets["env_steps_per_s"] == {"name": "env_steps_per_s", "target": "1e+06", "measured": "1.23457e+06",
+                                          "unit": "env steps/s", "met": "true", "gpu": INFO["gpu_name"]}
+    assert targets["eval_share"]["measured"] == "0.75" and targets["eval_share"]["met"] == "false"  # the last
+    assert targets["return_at_5_min"]["measured"] == targets["return_at_5_min"]["met"] == ""
     assert "Resume: ok: started at 1,000 env steps (the train checkpoint's count) and ended at 2,000" in report
     assert "| train | 2 | 1,000 | 2 | 2 | 300.0 | 300.0 |" in report
     assert "Shared CUDA tensors: every role let go of the main process's CUDA tensors" in report
@@ -300,15 +380,17 @@ def test_a_run_that_leaves_shared_cuda_tensors_behind_is_reported(tmp_path, monk
 @pytest.mark.slow
 def test_bench_csvs_feed_the_report(tmp_path):
     """The CSV columns the benches write are the ones the report reads (tiny sizes, on CPU)."""
-    env_csv, kernels_csv = tmp_path / "env.csv", tmp_path / "kernels.csv"
+    env_csv, profile_csv, kernels_csv = tmp_path / "env.csv", tmp_path / "profile.csv", tmp_path / "kernels.csv"
     for argv in (["env_throughput.py", "--backends", "mujoco", "--devices", "cpu", "--sizes", "2", "--seconds", "0.2",
-                  "--gym-sizes", "--rollout-sizes", "--csv", str(env_csv)],
+                  "--gym-sizes", "--rollout-sizes", "--csv", str(env_csv), "--profile-csv", str(profile_csv)],
                  ["kernels.py", "--device", "cpu", "--batch", "16", "--log2-capacities", "6", "--csv", str(kernels_csv)]):
         done = subprocess.run([sys.executable, os.path.join(ROOT, "bench", argv[0]), *argv[1:]], capture_output=True,
                               text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
-    fig = gpu_check.Figures(env=gpu_check.read_csv(str(env_csv)), kernels=gpu_check.read_csv(str(kernels_csv)))
+    fig = gpu_check.Figures(env=gpu_check.read_csv(str(env_csv)), env_profile=gpu_check.read_csv(str(profile_csv)),
+                            kernels=gpu_check.read_csv(str(kernels_csv)))
     report = gpu_check.build_report(INFO, [], fig, budget_s=560)
     assert "| pql mujoco | cpu | 2 |" in report
+    assert re.search(r"\| pql mujoco \| cpu \| 2 \|( [\d.]+ ms \(\d+%\) \|){3} [\d.]+ ms \|", report), report
     assert "| SumTree update + sample, capacity 2^6, B=16 | not measured (no CUDA) |" in report
     assert "| V-trace, T=32, B=4096 | not measured (no CUDA) |" in report
