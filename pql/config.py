@@ -408,9 +408,9 @@ class RuntimeConfig:
     mps: str = _opt("auto", "one of auto, on, off", _one_of("auto", "on", "off"),
                     doc="process mode on CUDA: a private MPS daemon lets the role processes run on the GPU at "
                         "the same time (auto: when the driver's nvidia-cuda-mps-control is there; on: or stop)")
-    eval_max_share: float = _opt(0.05, "a number in (0, 1]", lambda v: 0 < v <= 1,
-                                 doc="the largest share of wall time evaluations may take: after one of t "
-                                     "seconds the next waits t · (1/share − 1) seconds at least")
+    eval_max_share: float = _opt(0.05, "a number in (0, 1] (1: no bound)", lambda v: 0 < v <= 1,
+                                 doc="the largest share of the wall time evaluations may take: one starts only "
+                                     "if it and the final one, each as long as the longest so far, fit")
     log_every_s: float = _opt(10.0, "a number > 0", _positive, doc="seconds between console lines and scalar logs")
     torch_threads: Optional[int] = _opt(None, "an integer > 0 (null: cores shared out among the roles)", _positive,
                                         doc="torch threads per role")

@@ -19,7 +19,8 @@ CYCLES = 6
 RUN = ["task=InvertedPendulum", "runtime.mode=process", "runtime.max_env_steps=30000", "runtime.checkpoint_every=1000",
        "runtime.eval_every=10000", "runtime.log_every_s=1"]
 # The last launch: on to 900 (of 1000) or to 200k env steps, as the learning tests allow.
-LAST = ["runtime.max_env_steps=200000", "runtime.stop_at_return=900", "runtime.max_time_s=240"]
+LAST = ["runtime.max_env_steps=200000", "runtime.stop_at_return=900", "runtime.max_time_s=240",
+        "runtime.eval_max_share=1"]  # evaluated every eval_every env steps, as the learning tests are
 
 
 def metric_rows(run_dir) -> list[dict]:

@@ -112,7 +112,8 @@ def test_two_replicas_solve_inverted_pendulum(tmp_path):
     then 357, then 1,000 again), so a single evaluation at a fixed step tests that swing, not the
     replicas."""
     cmd = TORCHRUN + ["train.py", "task=InvertedPendulum", "runtime.mode=sequential", "runtime.max_env_steps=20000",
-                      "runtime.eval_every=2000", "runtime.stop_at_return=900", f"hydra.run.dir={tmp_path}"]
+                      "runtime.eval_every=2000", "runtime.eval_max_share=1", "runtime.stop_at_return=900",
+                      f"hydra.run.dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     done = re.search(r"pql: done: ([\d,]+) env steps .* eval return ([-\d.]+)", proc.stdout)

@@ -12,8 +12,10 @@ from pql.runtime import train
 from pql.runtime.off_policy.roles import make_rules
 from pql.runtime.run import EVAL_SEED_OFFSET
 
+# runtime.eval_max_share=1: an evaluation every eval_every env steps, however long it takes, so
+# that a run stops at the first that solves it (the default spacing by time would let it go on).
 PENDULUM = ["task=InvertedPendulum", "task.num_envs=16", "runtime.max_env_steps=2000000", "runtime.max_time_s=170",
-            "runtime.eval_every=2000", "runtime.stop_at_return=900", "runtime.log_every_s=15",
+            "runtime.eval_every=2000", "runtime.eval_max_share=1", "runtime.stop_at_return=900", "runtime.log_every_s=15",
             "runtime.checkpoint_every=1000000000", "algo.net.actor_hidden=[64,64]", "algo.net.critic_hidden=[64,64]"]
 OFF_POLICY = ["algo.batch_size=256", "algo.beta_av=8"]  # the on-policy algorithms have neither
 
@@ -66,7 +68,8 @@ def test_pql_with_prioritized_replay_solves_inverted_pendulum(make_config, prior
 # default of a thread per core made each update 50 times slower there (25 ms against 0.5 ms).
 DOUBLE_PENDULUM = ["task=InvertedDoublePendulum", "task.num_envs=16", "runtime.mode=sequential",
                    "runtime.torch_threads=1", "runtime.max_env_steps=80000", "runtime.max_time_s=900",
-                   "runtime.eval_every=4000", "runtime.stop_at_return=9000", "runtime.log_every_s=15",
+                   "runtime.eval_every=4000", "runtime.eval_max_share=1", "runtime.stop_at_return=9000",
+                   "runtime.log_every_s=15",
                    "runtime.checkpoint_every=1000000000", "algo.batch_size=256", "algo.net.actor_hidden=[64,64]",
                    "algo.net.critic_hidden=[64,64]"]
 

@@ -227,7 +227,7 @@ class Monitor:
         self.solved = False
         self.last_eval_version = -1  # the policy version evaluated last
         self.eval_seconds = 0.0      # the wall time of every evaluation so far
-        self.eval_allowed_at = self.start  # the next may start then (runtime.eval_max_share)
+        self.longest_eval_s = 0.0
         counts = runner.counts()
         self.next_eval = counts["env_steps"] + cfg.runtime.eval_every
         self.next_checkpoint = counts["env_steps"] + cfg.runtime.checkpoint_every
@@ -285,7 +285,7 @@ class Monitor:
             if not self.solved and version != self.last_eval_version:
                 self._start_evaluation(env_steps)
                 self._take(evaluator.wait())
-        elif (env_steps >= self.next_eval and not evaluator.busy and time.monotonic() >= self.eval_allowed_at
+        elif (env_steps >= self.next_eval and not evaluator.busy and self._eval_within_share()
               and not self._eval_would_overrun()):
             self._start_evaluation(env_steps)
             self.next_eval = env_steps + self.cfg.runtime.eval_every
@@ -297,15 +297,20 @@ class Monitor:
         policy, normalizer, version = self.runner.latest_policy()
         self.evaluator.start(policy, normalizer, version, env_steps)
 
+    def _eval_within_share(self) -> bool:
+        """Whether one more evaluation, and the final one after it, each as long as the longest so
+        far, would keep every evaluation of the run within runtime.eval_max_share of its wall time
+        (1: no bound). The first one, of unknown length, always may; the bound holds by the end."""
+        share, longest = self.cfg.runtime.eval_max_share, self.longest_eval_s
+        return share >= 1 or self.eval_seconds + 2 * longest <= share * (self.elapsed() + longest)
+
     def _take(self, result: EvalResult | None) -> None:
-        """Log an evaluation's result, and space the next one: after t seconds of evaluation the
-        next waits t · (1/share − 1), so that evaluations take at most that share of the run."""
+        """Log an evaluation's result."""
         if result is None:
             return
         self.last_eval_version = result.policy_version
         self.eval_seconds += result.seconds
-        share = self.cfg.runtime.eval_max_share
-        self.eval_allowed_at = time.monotonic() + result.seconds * (1.0 / share - 1.0)
+        self.longest_eval_s = max(self.longest_eval_s, result.seconds)
         target = self.cfg.runtime.stop_at_return
         if target is not None and result.mean_return >= target:
             self.solved = True
