@@ -197,7 +197,9 @@ def test_evaluations_take_at_most_their_share_of_the_wall_time(background):
     assert shares[1.0] > 0.5, shares
 
 
-def test_a_background_evaluation_is_logged_at_the_env_steps_its_policy_was_taken_at():
+def test_a_background_evaluation_is_logged_when_it_ends_with_the_env_steps_of_its_policy():
+    """The logs stay one timeline (metrics.csv never goes back in env steps); eval/env_steps says
+    where the policy was taken."""
     mon, logger = monitor(1.0, background=True, eval_s=0.3)
     mon.tick()  # starts an evaluation at 200 env steps (the monitor read 100 when it was built)
     for _ in range(3):
@@ -205,8 +207,11 @@ def test_a_background_evaluation_is_logged_at_the_env_steps_its_policy_was_taken
     assert not any("eval/return" in s for _, s in logger.rows)
     mon.runner.steps = 5000  # a newer policy by the end
     mon.tick(final=True)
-    steps = [step for step, s in logger.rows if "eval/return" in s]
-    assert steps[0] == 200 and len(steps) == 2  # and the final policy's
+    evals = [(step, s["eval/env_steps"]) for step, s in logger.rows if "eval/return" in s]
+    assert len(evals) == 2  # and the final policy's
+    assert evals[0][1] == 200 and evals[0][0] > 200  # taken at 200, logged at the final tick's count
+    steps = [step for step, _ in logger.rows]
+    assert steps == sorted(steps)
 
 
 def test_the_evaluation_thread_steps_on_a_stream_of_its_own_on_cuda(monkeypatch):

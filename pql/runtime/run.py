@@ -218,7 +218,8 @@ class Monitor:
     the board every runtime.log_every_s, for rank 0's lines.
 
     Where the runner trains elsewhere (Runner.trains_elsewhere) an evaluation runs beside the
-    ticks (pql.runtime.evaluation.Evaluator) and is logged at the env steps its policy was taken at."""
+    ticks (pql.runtime.evaluation.Evaluator) and is logged when it ends, so that the logs stay one
+    timeline; `eval/env_steps` holds the env steps its policy was taken at."""
 
     def __init__(self, cfg, runner: Runner, eval_env, logger: RunLogger | None, board: RankBoard):
         self.cfg, self.runner, self.logger, self.board = cfg, runner, logger, board
@@ -277,20 +278,20 @@ class Monitor:
         """Log an evaluation that has ended, and start the one that is due (at the end: wait for the
         one under way, then evaluate the final policy unless that one was)."""
         evaluator = self.evaluator
-        self._take(evaluator.wait() if final else evaluator.poll())
+        self._take(evaluator.wait() if final else evaluator.poll(), env_steps)
         version = self.runner.policy_version()
         if not version:
             return
         if final:
             if not self.solved and version != self.last_eval_version:
                 self._start_evaluation(env_steps)
-                self._take(evaluator.wait())
+                self._take(evaluator.wait(), env_steps)
         elif (env_steps >= self.next_eval and not evaluator.busy and self._eval_within_share()
               and not self._eval_would_overrun()):
             self._start_evaluation(env_steps)
             self.next_eval = env_steps + self.cfg.runtime.eval_every
             if not evaluator.background:
-                self._take(evaluator.poll())
+                self._take(evaluator.poll(), env_steps)
 
     def _start_evaluation(self, env_steps: int) -> None:
         """Evaluate the newest policy with the newest observation statistics."""
@@ -304,8 +305,8 @@ class Monitor:
         share, longest = self.cfg.runtime.eval_max_share, self.longest_eval_s
         return share >= 1 or self.eval_seconds + 2 * longest <= share * (self.elapsed() + longest)
 
-    def _take(self, result: EvalResult | None) -> None:
-        """Log an evaluation's result."""
+    def _take(self, result: EvalResult | None, env_steps: int) -> None:
+        """Log an evaluation's result at env_steps, the count when it is taken."""
         if result is None:
             return
         self.last_eval_version = result.policy_version
@@ -314,9 +315,10 @@ class Monitor:
         target = self.cfg.runtime.stop_at_return
         if target is not None and result.mean_return >= target:
             self.solved = True
-        self._log(result.env_steps, {"eval/return": result.mean_return, "eval/length": result.mean_length,
-                                     "eval/policy_version": result.policy_version, "time/eval_s": result.seconds,
-                                     "time/eval_share": self.eval_seconds / max(self.elapsed(), 1e-9)})
+        self._log(env_steps, {"eval/return": result.mean_return, "eval/length": result.mean_length,
+                              "eval/policy_version": result.policy_version, "eval/env_steps": result.env_steps,
+                              "time/eval_s": result.seconds,
+                              "time/eval_share": self.eval_seconds / max(self.elapsed(), 1e-9)})
 
     def _eval_would_overrun(self) -> bool:
         """Whether an evaluation now, as long as the last one, would end past runtime.max_time_s.
