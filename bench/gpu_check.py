@@ -57,7 +57,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 from kernels import table_rows as kernel_table_rows  # noqa: E402  (bench/kernels.py)
 from pql.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics  # noqa: E402
-from pql.runtime.mps import DEFAULT_PIPE_DIRECTORY, PIPE_ENV  # noqa: E402
+from pql.runtime.mps import pipe_directory  # noqa: E402
 
 STEPS = ("tests", "env", "learner", "kernels", "train", "resume", "plot")
 OK, FAILED, TIMED_OUT, SKIPPED = "ok", "failed", "timed out", "skipped"
@@ -667,10 +667,6 @@ def git_revision() -> str:
     return head.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
 
 
-def mps_pipe_directory() -> str:
-    return os.environ.get(PIPE_ENV, DEFAULT_PIPE_DIRECTORY)
-
-
 def machine_info(started: datetime.datetime) -> dict:
     gpu, smi = gpu_properties(), nvidia_smi()
     gpu_line = gpu.get("error") or (f"{gpu['name']}, {gpu['memory_gib']:.1f} GiB, compute capability "
@@ -679,7 +675,7 @@ def machine_info(started: datetime.datetime) -> dict:
         gpu_line += f", driver {smi['driver']}, compute mode {smi['compute_mode']}"
     versions = ", ".join(f"{name} {package_version(name)}" for name in ("torch", "triton", "warp-lang", "mujoco",
                                                                         "mujoco-warp", "torchrl"))
-    control = os.path.join(mps_pipe_directory(), "control")
+    control = os.path.join(pipe_directory(), "control")
     mps = (f"an MPS control daemon is running ({control} exists): every CUDA process of this check is its client"
            if os.path.exists(control) else f"no MPS control daemon ({control} absent): each process has its own "
            "CUDA context")

@@ -91,9 +91,14 @@ class MpsDaemon:
         return "\n".join(logs)
 
 
+def pipe_directory() -> str:
+    """Where this process's CUDA looks for an MPS control daemon."""
+    return os.environ.get(PIPE_ENV, DEFAULT_PIPE_DIRECTORY)
+
+
 def reachable_daemon() -> str | None:
     """The pipe directory of a running MPS daemon that this process's CUDA would connect to, or None."""
-    pipe = os.environ.get(PIPE_ENV, DEFAULT_PIPE_DIRECTORY)
+    pipe = pipe_directory()
     return pipe if os.path.exists(os.path.join(pipe, "control")) else None
 
 
