@@ -46,7 +46,8 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "test": ["pytest", "gymnasium[mujoco]>=1.0", "scipy", "wandb"],
+        # ruff and mypy pinned: a new release's new rules must not fail a commit that passed.
+        "test": ["pytest", "gymnasium[mujoco]>=1.0", "scipy", "wandb", "ruff==0.17.6", "mypy==2.4.1"],
         "wandb": ["wandb"],
     },
 )

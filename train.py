@@ -1,5 +1,6 @@
 """python train.py task=Ant [algo=pql] [key=value ...]   (Hydra; `--help` for pql's own text, and
 docs/configuration.md for every key)."""
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,9 @@ from pql.checkpoint import CheckpointError, CheckpointWriteError  # noqa: E402
 from pql.config import ConfigError, load_config, register_configs  # noqa: E402
 from pql.logging.console_log import TRAIN_LOG, console_log  # noqa: E402
 from pql.runtime import train  # noqa: E402
-from pql.runtime.run import Terminated  # noqa: E402
 from pql.runtime.distributed import ReplicaLost, Replicas  # noqa: E402
 from pql.runtime.divergence import Diverged  # noqa: E402
+from pql.runtime.run import Terminated  # noqa: E402
 from pql.runtime.supervisor import RoleFailure  # noqa: E402
 from tasks import TaskError  # noqa: E402
 

@@ -17,6 +17,7 @@ Prints three tables:
 int8 (torch's dynamic quantisation) runs on CPU only; it shows n/a on CUDA.
 --csv also writes every figure as a row (section, precision, num_envs, quantity, value).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,13 +29,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from learner import CsvRows, standalone_actor, timed  # noqa: E402  (bench/learner.py)
-from pql.checkpoint import load_checkpoint  # noqa: E402
-from pql.config import apply_device_defaults, load_config  # noqa: E402
-from pql.envs import to_env_action  # noqa: E402
-from pql.nets import ObsNormalizer  # noqa: E402
-from pql.runtime.off_policy.precision import InferenceCopy  # noqa: E402
-from pql.runtime.off_policy.roles import make_rules  # noqa: E402
+from learner import CsvRows, standalone_actor, timed
+
+from pql.checkpoint import load_checkpoint
+from pql.config import apply_device_defaults, load_config
+from pql.envs import to_env_action
+from pql.nets import ObsNormalizer
+from pql.runtime.off_policy.precision import InferenceCopy
+from pql.runtime.off_policy.roles import make_rules
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -82,11 +84,21 @@ def trained_state(args) -> dict:
     from pql.runtime import train
 
     run_dir = tempfile.mkdtemp(prefix="actor_precision_")
-    raw = {"task": {"name": args.task}, "algo": {"name": args.algo},
-           "runtime": {"device": args.device, "mode": "sequential", "max_time_s": args.train_seconds,
-                       "max_env_steps": 10 ** 12, "eval_every": 10 ** 12, "checkpoint_every": 10 ** 12,
-                       "log_every_s": 60, "seed": args.seed},
-           "run_dir": run_dir}
+    raw = {
+        "task": {"name": args.task},
+        "algo": {"name": args.algo},
+        "runtime": {
+            "device": args.device,
+            "mode": "sequential",
+            "max_time_s": args.train_seconds,
+            "max_env_steps": 10**12,
+            "eval_every": 10**12,
+            "checkpoint_every": 10**12,
+            "log_every_s": 60,
+            "seed": args.seed,
+        },
+        "run_dir": run_dir,
+    }
     train(load_config(raw))
     print(f"trained policy: {run_dir}/checkpoint.pt (rerun with --checkpoint to reuse it)")
     return load_checkpoint(os.path.join(run_dir, "checkpoint.pt"))
@@ -140,8 +152,14 @@ def main() -> None:
 
     import tasks
 
-    cfg = load_config({"task": {"name": args.task}, "algo": {"name": args.algo},
-                       "runtime": {"device": args.device}, "run_dir": tempfile.gettempdir()})
+    cfg = load_config(
+        {
+            "task": {"name": args.task},
+            "algo": {"name": args.algo},
+            "runtime": {"device": args.device},
+            "run_dir": tempfile.gettempdir(),
+        }
+    )
     device = apply_device_defaults(cfg)
     probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
@@ -151,10 +169,15 @@ def main() -> None:
     batches = sorted({cfg.task.num_envs, 4096})
     threads = torch.get_num_threads()
 
-    print(f"\n1. policy inference, {args.algo} policy {cfg.algo.net.actor_hidden}, {args.task} obs_dim {obs_dim}, "
-          f"device {device}, torch threads {threads}")
-    print(f"{'precision':<10}" + "".join(f"{f'explore ms @{n}':>18}{'speed-up':>10}" for n in batches)
-          + f"{'copy ms (per sync)':>20}")
+    print(
+        f"\n1. policy inference, {args.algo} policy {cfg.algo.net.actor_hidden}, {args.task} obs_dim {obs_dim}, "
+        f"device {device}, torch threads {threads}"
+    )
+    print(
+        f"{'precision':<10}"
+        + "".join(f"{f'explore ms @{n}':>18}{'speed-up':>10}" for n in batches)
+        + f"{'copy ms (per sync)':>20}"
+    )
     rows = {n: inference_ms(algo, policy, obs_dim, n, device, args.seconds) for n in batches}
     for n, by_precision in rows.items():
         for precision, (act, copy) in by_precision.items():
@@ -182,8 +205,10 @@ def main() -> None:
         record("actor", precision, cfg.task.num_envs, "env_steps_per_s_new_policy_every_step", rates[0])
         record("actor", precision, cfg.task.num_envs, "env_steps_per_s_fixed_policy", rates[1])
         base.setdefault("fp32", rates)
-        print(f"{precision:<10}{rates[0]:>24.0f}{rates[0] / base['fp32'][0]:>9.2f}x"
-              f"{rates[1]:>16.0f}{rates[1] / base['fp32'][1]:>9.2f}x")
+        print(
+            f"{precision:<10}{rates[0]:>24.0f}{rates[0] / base['fp32'][0]:>9.2f}x"
+            f"{rates[1]:>16.0f}{rates[1] / base['fp32'][1]:>9.2f}x"
+        )
 
     state = trained_state(args)
     trained = algo.make_policy().to(device)
@@ -192,20 +217,27 @@ def main() -> None:
     normalizer.load_state_dict(state["normalizer"])
     policies = {p: InferenceCopy(trained, p).module for p in PRECISIONS if supported(p, device)}
     # A fresh env with the same seed per precision: every policy starts from the same states.
-    returns = {p: eval_returns(tasks.make(args.task, num_envs=args.eval_envs, device=device, seed=args.seed + 10_000),
-                               policy, normalizer) for p, policy in policies.items()}
-    gaps = action_gap(tasks.make(args.task, num_envs=args.eval_envs, device=device, seed=args.seed + 20_000),
-                      policies, normalizer)
+    returns = {
+        p: eval_returns(
+            tasks.make(args.task, num_envs=args.eval_envs, device=device, seed=args.seed + 10_000), policy, normalizer
+        )
+        for p, policy in policies.items()
+    }
+    gaps = action_gap(
+        tasks.make(args.task, num_envs=args.eval_envs, device=device, seed=args.seed + 20_000), policies, normalizer
+    )
     n = args.eval_envs
     print(f"\n3. eval return of one trained {args.algo} policy, {n} {args.task} episodes (same seeds)")
     print(f"{'precision':<10}{'mean return':>14}{'± s.e.':>10}{'Δ to fp32':>12}{'mean |Δa| to fp32':>20}")
     for precision, r in returns.items():
-        se = float(r.std()) / n ** 0.5
+        se = float(r.std()) / n**0.5
         record("eval", precision, n, "mean_return", float(r.mean()))
         record("eval", precision, n, "return_standard_error", se)
         record("eval", precision, n, "mean_abs_action_gap_to_fp32", gaps[precision])
-        print(f"{precision:<10}{float(r.mean()):>14.1f}{se:>10.1f}{float(r.mean() - returns['fp32'].mean()):>12.1f}"
-              f"{gaps[precision]:>20.4f}")
+        print(
+            f"{precision:<10}{float(r.mean()):>14.1f}{se:>10.1f}{float(r.mean() - returns['fp32'].mean()):>12.1f}"
+            f"{gaps[precision]:>20.4f}"
+        )
     csv_rows.close()
 
 

@@ -11,6 +11,7 @@ learners call) per call. Prints, per network: parameters, bytes per all-reduce, 
 update ms and the all-reduce's share of an update (all-reduce / (update + all-reduce)), rank 0's
 figures. On a CPU the G processes share the cores, as G replicas on one CPU machine would.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +26,10 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.learner import CsvRows, learner_rates, synchronize  # noqa: E402
-from pql.config import apply_device_defaults, load_config  # noqa: E402
-from pql.runtime.distributed import ReplicaGroup, Replicas  # noqa: E402
-from pql.runtime.off_policy.roles import make_rules  # noqa: E402
+from bench.learner import CsvRows, learner_rates, synchronize
+from pql.config import apply_device_defaults, load_config
+from pql.runtime.distributed import ReplicaGroup, Replicas
+from pql.runtime.off_policy.roles import make_rules
 
 
 def allreduce_ms(group: ReplicaGroup, module: torch.nn.Module, device, seconds: float) -> float:
@@ -69,8 +70,12 @@ def worker(rank: int, world: int, port: int, args, out: dict) -> None:
 
     import tasks
 
-    raw = {"task": {"name": args.task}, "algo": {"name": "pql"}, "runtime": {"device": str(device)},
-           "run_dir": tempfile.gettempdir()}
+    raw = {
+        "task": {"name": args.task},
+        "algo": {"name": "pql"},
+        "runtime": {"device": str(device)},
+        "run_dir": tempfile.gettempdir(),
+    }
     with open(os.devnull, "w") as quiet:
         stdout, sys.stdout = sys.stdout, quiet  # the settings line, once per process
         cfg = load_config(raw)
@@ -82,12 +87,23 @@ def worker(rank: int, world: int, port: int, args, out: dict) -> None:
     critic_rate, policy_rate = learner_rates(cfg, obs_dim, act_dim, device, args.seconds)
     algo = make_rules(cfg, obs_dim, act_dim)
     rows = []
-    for name, module, rate in (("critic", algo.make_critic(), critic_rate), ("policy", algo.make_policy(), policy_rate)):
+    for name, module, rate in (
+        ("critic", algo.make_critic(), critic_rate),
+        ("policy", algo.make_policy(), policy_rate),
+    ):
         module = module.to(device)
         ms = allreduce_ms(group, module, device, args.seconds)
         numel = sum(p.numel() for p in module.parameters())
-        rows.append({"network": name, "params": numel, "bytes": 4 * numel, "allreduce_ms": ms,
-                     "update_ms": 1e3 / rate, "batch_size": cfg.algo.batch_size})
+        rows.append(
+            {
+                "network": name,
+                "params": numel,
+                "bytes": 4 * numel,
+                "allreduce_ms": ms,
+                "update_ms": 1e3 / rate,
+                "batch_size": cfg.algo.batch_size,
+            }
+        )
     if rank == 0:
         out.update(device=str(device), rows=rows)
     dist.destroy_process_group()
@@ -105,8 +121,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="Ant")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--replicas", type=int, nargs="*", default=None,
-                        help="numbers of replicas (default: 2 on a CPU, 2..GPUs on CUDA)")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        nargs="*",
+        default=None,
+        help="numbers of replicas (default: 2 on a CPU, 2..GPUs on CUDA)",
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="timing window of each measurement")
     parser.add_argument("--csv", default=None, help="also write the figures to this CSV file")
     args = parser.parse_args()
@@ -118,23 +139,45 @@ def main() -> None:
     bad = [g for g in counts if g < 2 or (on_cuda and g > gpus)]
     if bad:
         parser.error(f"--replicas {bad}: each must be >= 2" + (f" and <= {gpus} (GPUs here)" if on_cuda else ""))
-    columns = ["task", "device", "replicas", "network", "batch_size", "params", "bytes", "allreduce_ms", "update_ms",
-               "allreduce_share"]
+    columns = [
+        "task",
+        "device",
+        "replicas",
+        "network",
+        "batch_size",
+        "params",
+        "bytes",
+        "allreduce_ms",
+        "update_ms",
+        "allreduce_share",
+    ]
     rows = CsvRows(args.csv, columns)
-    print(f"{'G':>3} {'network':<8} {'params':>9} {'bytes':>10} {'all-reduce ms':>14} {'update ms':>10} "
-          f"{'share':>7}  ({args.task}, default networks and batch size, rank 0)")
+    print(
+        f"{'G':>3} {'network':<8} {'params':>9} {'bytes':>10} {'all-reduce ms':>14} {'update ms':>10} "
+        f"{'share':>7}  ({args.task}, default networks and batch size, rank 0)"
+    )
     for world in counts:
         out = mp.Manager().dict()
         mp.spawn(worker, args=(world, free_port(), args, out), nprocs=world, join=True)
         for r in out["rows"]:
             share = r["allreduce_ms"] / (r["update_ms"] + r["allreduce_ms"])
-            print(f"{world:>3} {r['network']:<8} {r['params']:>9,} {r['bytes']:>10,} {r['allreduce_ms']:>14.3f} "
-                  f"{r['update_ms']:>10.3f} {100 * share:>6.1f}%  on {out['device']} (batch {r['batch_size']})",
-                  flush=True)
-            rows.write(task=args.task, device=out["device"], replicas=world, network=r["network"],
-                       batch_size=r["batch_size"], params=r["params"], bytes=r["bytes"],
-                       allreduce_ms=f"{r['allreduce_ms']:.6g}", update_ms=f"{r['update_ms']:.6g}",
-                       allreduce_share=f"{share:.4g}")
+            print(
+                f"{world:>3} {r['network']:<8} {r['params']:>9,} {r['bytes']:>10,} {r['allreduce_ms']:>14.3f} "
+                f"{r['update_ms']:>10.3f} {100 * share:>6.1f}%  on {out['device']} (batch {r['batch_size']})",
+                flush=True,
+            )
+            rows.write(
+                task=args.task,
+                device=out["device"],
+                replicas=world,
+                network=r["network"],
+                batch_size=r["batch_size"],
+                params=r["params"],
+                bytes=r["bytes"],
+                allreduce_ms=f"{r['allreduce_ms']:.6g}",
+                update_ms=f"{r['update_ms']:.6g}",
+                allreduce_share=f"{share:.4g}",
+            )
     rows.close()
 
 

@@ -32,6 +32,7 @@ both ways, so the events bracket the physics); on the CPU, time.perf_counter. It
 per row (part, ms per step, share of the step); --profile-csv (implies --profile) writes one row
 per part: task, row, device, num_envs, part, ms_per_step, share (row as in --csv, "pql mjwarp").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,17 +41,18 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import tasks  # noqa: E402
-from learner import CsvRows  # noqa: E402  (bench/learner.py)
-from tasks.mujoco import TASKS  # noqa: E402
-from tasks.mujoco.task import load_asset  # noqa: E402
+from learner import CsvRows
+
+import tasks
+from tasks.mujoco import TASKS
+from tasks.mujoco.task import load_asset
 
 WARMUP_STEPS = 3
 
@@ -85,8 +87,12 @@ def synchronizer(device: torch.device) -> Callable[[], None]:
 
 
 PARTS = ("physics", "restart", "rest", "step")
-PART_LABELS = {"physics": "physics step (env.physics.step)", "restart": "restart (env.physics.reset)",
-               "rest": "pql's own work (obs, rewards, resets, checks, copies)", "step": "whole env.step"}
+PART_LABELS = {
+    "physics": "physics step (env.physics.step)",
+    "restart": "restart (env.physics.reset)",
+    "rest": "pql's own work (obs, rewards, resets, checks, copies)",
+    "step": "whole env.step",
+}
 
 
 class Spans:
@@ -108,6 +114,7 @@ class Spans:
 
     def around(self, fn: Callable) -> Callable:
         """fn, with each call's span recorded."""
+
         def timed(*args, **kwargs):
             start = self.now()
             try:
@@ -141,6 +148,7 @@ def wrapped(obj, methods: dict[str, Spans]) -> Iterator[None]:
 class StepProfile:
     """ms per env.step of each part (PARTS; "step" is their sum), and the window's wall-clock ms
     per call of `step` (the action draw included): an independent measure of the whole."""
+
     ms: dict[str, float]
     wall_ms: float
 
@@ -161,13 +169,18 @@ def profile_step(env, step: Callable[[], None], seconds: float) -> StepProfile:
         calls, elapsed = timed_steps(step, seconds, sync, warmup=0)
     ms = {key: s.total_ms() / calls for key, s in spans.items()}
     physics_ms = ms["physics"] - ms["overflow"]
-    parts = {"physics": physics_ms, "restart": ms["restart"], "rest": ms["step"] - physics_ms - ms["restart"],
-             "step": ms["step"]}
+    parts = {
+        "physics": physics_ms,
+        "restart": ms["restart"],
+        "rest": ms["step"] - physics_ms - ms["restart"],
+        "step": ms["step"],
+    }
     return StepProfile(parts, 1e3 * elapsed / calls)
 
 
-def pql_env_rate(task: str, num_envs: int, device: str, backend: str, seconds: float,
-                 profile: bool = False) -> tuple[float, StepProfile | None]:
+def pql_env_rate(
+    task: str, num_envs: int, device: str, backend: str, seconds: float, profile: bool = False
+) -> tuple[float, StepProfile | None]:
     """Env steps/s of `num_envs` envs, and with profile the parts of a step (in a second window).
     -> (rate, profile or None)."""
     env = tasks.make(task, num_envs=num_envs, device=device, seed=0, backend=backend)
@@ -223,25 +236,41 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 4096])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--backends", nargs="+", default=["mujoco", "mjwarp"], choices=["mujoco", "mjwarp"])
-    parser.add_argument("--devices", nargs="+", default=None,
-                        help="default: cpu, and cuda when it is available")
-    parser.add_argument("--gym-sizes", type=int, nargs="*", default=[64, 1024],
-                        help="sizes for Gymnasium's SyncVectorEnv (it holds one Python env per copy)")
-    parser.add_argument("--rollout-sizes", type=int, nargs="*", default=None,
-                        help="sizes for the mujoco.rollout physics-only row (default: --sizes)")
+    parser.add_argument("--devices", nargs="+", default=None, help="default: cpu, and cuda when it is available")
+    parser.add_argument(
+        "--gym-sizes",
+        type=int,
+        nargs="*",
+        default=[64, 1024],
+        help="sizes for Gymnasium's SyncVectorEnv (it holds one Python env per copy)",
+    )
+    parser.add_argument(
+        "--rollout-sizes",
+        type=int,
+        nargs="*",
+        default=None,
+        help="sizes for the mujoco.rollout physics-only row (default: --sizes)",
+    )
     parser.add_argument("--csv", default=None, help="also write the rows to this CSV file")
-    parser.add_argument("--profile", action="store_true",
-                        help="also time the parts of one env step (physics, restart, pql's own work) per pql row")
-    parser.add_argument("--profile-csv", default=None,
-                        help="write the profile's parts to this CSV file (implies --profile)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time the parts of one env step (physics, restart, pql's own work) per pql row",
+    )
+    parser.add_argument(
+        "--profile-csv", default=None, help="write the profile's parts to this CSV file (implies --profile)"
+    )
     args = parser.parse_args()
     profile = args.profile or args.profile_csv is not None
     devices = args.devices or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     rollout_sizes = args.sizes if args.rollout_sizes is None else args.rollout_sizes
     cores = len(os.sched_getaffinity(0))
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    print(f"{args.task} env steps/s; {cores} CPU cores, {gpu}, torch {torch.__version__}, "
-          f"{args.seconds:g} s per row{' (and as long again for the profile)' if profile else ''}", flush=True)
+    print(
+        f"{args.task} env steps/s; {cores} CPU cores, {gpu}, torch {torch.__version__}, "
+        f"{args.seconds:g} s per row{' (and as long again for the profile)' if profile else ''}",
+        flush=True,
+    )
 
     csv_rows = CsvRows(args.csv, ["task", "row", "device", "num_envs", "env_steps_per_s", "error"])
     profile_rows = CsvRows(args.profile_csv, ["task", "row", "device", "num_envs", "part", "ms_per_step", "share"])
@@ -256,23 +285,40 @@ def main() -> None:
             rate, parts = None, None
             error = f"{type(e).__name__}: {message[0]}" if message else type(e).__name__
         rows.append((name, device, n, rate, error))
-        csv_rows.write(task=args.task, row=name, device=device, num_envs=n,
-                       env_steps_per_s=None if rate is None else f"{rate:.1f}", error=error)
+        csv_rows.write(
+            task=args.task,
+            row=name,
+            device=device,
+            num_envs=n,
+            env_steps_per_s=None if rate is None else f"{rate:.1f}",
+            error=error,
+        )
         result = f"{rate:>12,.0f} steps/s" if error is None else f"failed: {error}"
         print(f"  {name:32} {device:5} N={n:<6} {result}", flush=True)
         if parts is not None:
             profiles.append((name, device, n, parts))
             for part in PARTS:
-                profile_rows.write(task=args.task, row=name, device=device, num_envs=n, part=part,
-                                   ms_per_step=f"{parts.ms[part]:.6g}", share=f"{parts.share(part):.4f}")
+                profile_rows.write(
+                    task=args.task,
+                    row=name,
+                    device=device,
+                    num_envs=n,
+                    part=part,
+                    ms_per_step=f"{parts.ms[part]:.6g}",
+                    share=f"{parts.share(part):.4f}",
+                )
 
     for backend in args.backends:
         for device in devices:
             if backend == "mujoco" and device != "cpu":
                 continue  # MuJoCo C steps on the CPU; its state would only be copied to the GPU
             for n in args.sizes:
-                add(f"pql {backend}", device, n,
-                    lambda: pql_env_rate(args.task, n, device, backend, args.seconds, profile))
+                add(
+                    f"pql {backend}",
+                    device,
+                    n,
+                    lambda: pql_env_rate(args.task, n, device, backend, args.seconds, profile),
+                )
     for n in args.gym_sizes:
         add("gymnasium sync", "cpu", n, lambda: (gymnasium_rate(args.task, n, args.seconds), None))
     for n in rollout_sizes:
@@ -281,7 +327,7 @@ def main() -> None:
     profile_rows.close()
 
     print(f"\n| {args.task} | device | N | env steps/s |\n|---|---|---:|---:|")
-    for name, device, n, rate, error in rows:
+    for name, device, n, rate, _ in rows:
         print(f"| {name} | {device} | {n} | {'failed' if rate is None else f'{rate:,.0f}'} |")
     for name, device, n, parts in profiles:
         print(f"\n| {args.task}, {name}, {device}, N={n} | ms per step | share |\n|---|---:|---:|")

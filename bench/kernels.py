@@ -13,6 +13,7 @@ A Triton cell gives its speed-up over the reference in brackets. --csv writes th
 GPU timing: triton.testing.do_bench (warm-up, L2 flushed between calls, median). CPU timing:
 wall clock, warm-up, median. The Triton column needs CUDA: on CPU it would time the interpreter.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,9 +26,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from learner import CsvRows  # noqa: E402  (bench/learner.py)
-from pql.kernels import INTERPRETING, SumTree, nstep_returns, vtrace  # noqa: E402
-from pql.replay.prioritized import PrioritizedSampler  # noqa: E402
+from learner import CsvRows
+
+from pql.kernels import INTERPRETING, SumTree, nstep_returns, vtrace
+from pql.replay.prioritized import PrioritizedSampler
 
 ALPHA, BETA0, EPS = 0.6, 0.4, 1e-6
 NO_CUDA = "not measured (no CUDA)"
@@ -38,6 +40,7 @@ def median_ms(fn, device: torch.device) -> float:
     """Median time of one call of fn, in milliseconds."""
     if device.type == "cuda":
         import triton.testing
+
         return triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
     for _ in range(3):
         fn()
@@ -58,18 +61,21 @@ def torchrl_sampler(capacity: int, device: torch.device):
     except ImportError:
         return None, "n/a (torchrl not installed)"
     try:
-        import torchrl._torchrl  # noqa: F401  (its C++ segment trees, compiled for one torch)
+        import torchrl._torchrl
     except ImportError:
-        return None, (f"n/a (torchrl {torchrl.__version__}'s C++ extension fails to load with "
-                      f"torch {torch.__version__})")
+        return None, (
+            f"n/a (torchrl {torchrl.__version__}'s C++ extension fails to load with torch {torch.__version__})"
+        )
     try:
-        sampler = TorchRLSampler(capacity, alpha=ALPHA, beta=BETA0, eps=EPS, device=device,
-                                 max_priority_within_buffer=False)
+        sampler = TorchRLSampler(
+            capacity, alpha=ALPHA, beta=BETA0, eps=EPS, device=device, max_priority_within_buffer=False
+        )
     except RuntimeError as err:  # e.g. a CUDA device with a CPU-only torchrl wheel
         return None, f"n/a ({str(err).splitlines()[0][:80]})"
 
     class FullStorage:
         """What sample() reads of a storage: a length, a rank and a device."""
+
         ndim = 1
 
         def __init__(self):
@@ -97,12 +103,14 @@ def replay_records(capacity: int, batch: int, device: torch.device, measure_trit
         def step():
             tree.update(idx, td)
             tree.sample(batch, gen)
+
         return step
 
     def sampler_step(sampler):
         def step():
             sampler.update(idx, td)
             sampler.sample(batch, capacity, gen)
+
         return step
 
     log2 = capacity.bit_length() - 1
@@ -117,8 +125,7 @@ def replay_records(capacity: int, batch: int, device: torch.device, measure_trit
         tree.reset(priorities)
         records.append(record(tree_op, impl, median_ms(tree_step(tree), device) * 1e3))
         del tree
-        sampler = PrioritizedSampler(capacity, device, alpha=ALPHA, beta0=BETA0, eps=EPS,
-                                     validate=False, impl=impl)
+        sampler = PrioritizedSampler(capacity, device, alpha=ALPHA, beta0=BETA0, eps=EPS, validate=False, impl=impl)
         sampler.tree.reset(priorities)
         records.append(record(sampler_op, impl, median_ms(sampler_step(sampler), device) * 1e3))
         del sampler
@@ -132,6 +139,7 @@ def replay_records(capacity: int, batch: int, device: torch.device, measure_trit
         def torchrl_step():
             sampler.update_priority(idx, td)
             sampler.sample(storage, batch)
+
         records.append(record(sampler_op, "torchrl", median_ms(torchrl_step, device) * 1e3))
     return records
 
@@ -147,15 +155,20 @@ def target_records(device: torch.device, measure_triton: bool) -> list[dict]:
     terminated = torch.rand(T, B, device=device, generator=gen) < 0.01
     truncated = torch.rand(T, B, device=device, generator=gen) < 0.005
     calls = {
-        f"V-trace, T={T}, B={B}":
-            lambda impl: vtrace(log_rhos, discounts, rewards, values, bootstrap, 1.0, 1.0, impl=impl),
-        f"n-step returns (n=3), T={T}, N={B}":
-            lambda impl: nstep_returns(rewards, terminated, truncated, 0.99, 3, impl=impl),
+        f"V-trace, T={T}, B={B}": lambda impl: vtrace(
+            log_rhos, discounts, rewards, values, bootstrap, 1.0, 1.0, impl=impl
+        ),
+        f"n-step returns (n=3), T={T}, N={B}": lambda impl: nstep_returns(
+            rewards, terminated, truncated, 0.99, 3, impl=impl
+        ),
     }
     records = []
     for name, call in calls.items():
-        records.append(record(name, "triton", median_ms(lambda: call("triton"), device) * 1e3) if measure_triton
-                       else record(name, "triton", None, NO_CUDA))
+        records.append(
+            record(name, "triton", median_ms(lambda: call("triton"), device) * 1e3)
+            if measure_triton
+            else record(name, "triton", None, NO_CUDA)
+        )
         records.append(record(name, "torch", median_ms(lambda: call("torch"), device) * 1e3))
     return records
 
@@ -190,26 +203,33 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch", type=int, default=8192)
     parser.add_argument("--log2-capacities", type=int, nargs="+", default=[20, 23])
-    parser.add_argument("--csv", default=None,
-                        help="also write the raw times to this CSV file (device, operation, impl, microseconds, note)")
+    parser.add_argument(
+        "--csv",
+        default=None,
+        help="also write the raw times to this CSV file (device, operation, impl, microseconds, note)",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     measure_triton = device.type == "cuda" and not INTERPRETING
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
-        f"CPU, {torch.get_num_threads()} threads"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"device: {name}; torch {torch.__version__}", flush=True)
     rows = CsvRows(args.csv, ["device", "operation", "impl", "microseconds", "note"])
 
     def measured():
         for log2 in args.log2_capacities:
-            yield from replay_records(2 ** log2, args.batch, device, measure_triton)
+            yield from replay_records(2**log2, args.batch, device, measure_triton)
         yield from target_records(device, measure_triton)
 
     records = []
     for r in measured():
         records.append(r)
-        rows.write(device=str(device), operation=r["operation"], impl=r["impl"], note=r["note"],
-                   microseconds=None if r["microseconds"] is None else f"{r['microseconds']:.2f}")
+        rows.write(
+            device=str(device),
+            operation=r["operation"],
+            impl=r["impl"],
+            note=r["note"],
+            microseconds=None if r["microseconds"] is None else f"{r['microseconds']:.2f}",
+        )
     rows.close()
     header = ["", "Triton kernel", "PyTorch reference", "torchrl PrioritizedSampler"]
     print("| " + " | ".join(header) + " |")

@@ -19,6 +19,7 @@ the bench prints the run's line about MPS.
 
 Also home to the helpers the other bench scripts share (`timed`, `CsvRows`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,13 +34,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pql.algos.common import SoftUpdate, adam  # noqa: E402
-from pql.config import apply_device_defaults, load_config  # noqa: E402
-from pql.replay.nstep import keeps_first_step, transition_spec  # noqa: E402
-from pql.runtime.device import use_device  # noqa: E402
-from pql.runtime.mps import MODES as MPS_MODES  # noqa: E402
-from pql.runtime.off_policy.learners import compile_update  # noqa: E402
-from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared  # noqa: E402
+from pql.algos.common import SoftUpdate, adam
+from pql.config import apply_device_defaults, load_config
+from pql.replay.nstep import keeps_first_step, transition_spec
+from pql.runtime.device import use_device
+from pql.runtime.mps import MODES as MPS_MODES
+from pql.runtime.off_policy.learners import compile_update
+from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 
 
 class CsvRows:
@@ -90,8 +91,10 @@ def timed(fn, device, seconds: float, warmup: int = 3) -> float:
 def random_batch(batch_size: int, obs_dim: int, act_dim: int, device, first_step: bool = False) -> dict:
     """Random values of every field the replay holds (transition_spec): actions and discounts
     within [0, 1) (actions in [-1, 1) after the shift), the rest standard normal."""
-    batch = {k: (torch.rand if k.startswith(("action", "discount")) else torch.randn)(batch_size, *shape, device=device)
-             for k, (shape, _) in transition_spec(obs_dim, act_dim, first_step).items()}
+    batch = {
+        k: (torch.rand if k.startswith(("action", "discount")) else torch.randn)(batch_size, *shape, device=device)
+        for k, (shape, _) in transition_spec(obs_dim, act_dim, first_step).items()
+    }
     batch["action"] = batch["action"] * 2 - 1
     return batch
 
@@ -106,14 +109,14 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
     soft_update = SoftUpdate(target, critic)
     critic_opt = adam(critic.parameters(), cfg.algo.critic_lr)
     policy_opt = adam(algo.policy_optim_params(policy))
-    critic_loss = compile_update(lambda b, w: algo.critic_loss(critic, target, policy, b, w), cfg.runtime.compile,
-                                 device)
+    critic_loss = compile_update(
+        lambda b, w: algo.critic_loss(critic, target, policy, b, w), cfg.runtime.compile, device
+    )
     # The P-learner's critic is a frozen copy (it takes no gradient): with the trained critic here,
     # the policy's backward would add into the gradients the critic's CUDA graph wrote, which the
     # next graph replay overwrites.
     frozen_critic = copy.deepcopy(critic).requires_grad_(False)
-    policy_loss = compile_update(lambda obs: algo.policy_loss(policy, frozen_critic, obs), cfg.runtime.compile,
-                                 device)
+    policy_loss = compile_update(lambda obs: algo.policy_loss(policy, frozen_critic, obs), cfg.runtime.compile, device)
     batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device, keeps_first_step(cfg.algo))
     weights = torch.ones(cfg.algo.batch_size, device=device)
 
@@ -137,7 +140,7 @@ def standalone_actor(cfg, algo, obs_dim: int, act_dim: int, device):
     """The real actor role with no learner: -> (actor, step), where step() makes one actor step
     and frees its ring slot at once, as if both learners had copied it."""
     shared = make_shared(cfg, algo, obs_dim, act_dim)
-    cfg.runtime.max_env_steps = 10 ** 15
+    cfg.runtime.max_env_steps = 10**15
     ratios = make_ratios(cfg, shared)
     actor = build_role("actor", cfg, shared, algo, device, ratios, obs_dim, act_dim, fresh_start=False)
 
@@ -167,20 +170,31 @@ def steady_rates(rows: list[dict], num_envs: int, seconds: float) -> dict:
     ahead, so neither the rates nor the run's cumulative ratio/beta_* columns describe the roles
     together. The last interval holds the shutdown. The ratios are those of the steady intervals."""
     timed = [r for r in rows if r.get(ENV_RATE)]
-    started = next((i for i, r in enumerate(timed)
-                    if float(r[CRITIC_RATE] or 0) > 0 and float(r[POLICY_RATE] or 0) > 0), None)
-    steady = [] if started is None else timed[started + 1:-1]
+    started = next(
+        (i for i, r in enumerate(timed) if float(r[CRITIC_RATE] or 0) > 0 and float(r[POLICY_RATE] or 0) > 0), None
+    )
+    steady = [] if started is None else timed[started + 1 : -1]
     if len(steady) < MIN_STEADY_ROWS:
-        when = ("the learners never updated" if started is None
-                else f"both learners updated from {float(timed[started]['wall_time_s']):.0f} s on")
-        raise RuntimeError(f"the together run reached no steady state in {seconds:g} s ({when}; "
-                           f"{len(steady)} steady log intervals, {MIN_STEADY_ROWS} needed): give it more "
-                           "--together-seconds")
-    mean = lambda k: sum(float(r[k]) for r in steady) / len(steady)  # noqa: E731
+        when = (
+            "the learners never updated"
+            if started is None
+            else f"both learners updated from {float(timed[started]['wall_time_s']):.0f} s on"
+        )
+        raise RuntimeError(
+            f"the together run reached no steady state in {seconds:g} s ({when}; "
+            f"{len(steady)} steady log intervals, {MIN_STEADY_ROWS} needed): give it more "
+            "--together-seconds"
+        )
+    mean = lambda k: sum(float(r[k]) for r in steady) / len(steady)
     env, critic, policy = mean(ENV_RATE), mean(CRITIC_RATE), mean(POLICY_RATE)
-    return {ENV_RATE: env, CRITIC_RATE: critic, POLICY_RATE: policy,
-            "ratio/beta_av": critic * num_envs / env, "ratio/beta_pv": critic / policy,
-            "steady_from_s": float(steady[0]["wall_time_s"])}
+    return {
+        ENV_RATE: env,
+        CRITIC_RATE: critic,
+        POLICY_RATE: policy,
+        "ratio/beta_av": critic * num_envs / env,
+        "ratio/beta_pv": critic / policy,
+        "steady_from_s": float(steady[0]["wall_time_s"]),
+    }
 
 
 def mps_line(output: str) -> str | None:
@@ -196,10 +210,18 @@ def together(overrides: list[str], num_envs: int, seconds: float) -> dict:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as run_dir:
-        cmd = [sys.executable, os.path.join(root, "train.py"), *overrides, "runtime.mode=process",
-               f"runtime.max_time_s={seconds}", "runtime.max_env_steps=1000000000000", "runtime.log_every_s=2",
-               "runtime.eval_every=1000000000000", "runtime.checkpoint_every=1000000000000",
-               f"hydra.run.dir={run_dir}"]
+        cmd = [
+            sys.executable,
+            os.path.join(root, "train.py"),
+            *overrides,
+            "runtime.mode=process",
+            f"runtime.max_time_s={seconds}",
+            "runtime.max_env_steps=1000000000000",
+            "runtime.log_every_s=2",
+            "runtime.eval_every=1000000000000",
+            "runtime.checkpoint_every=1000000000000",
+            f"hydra.run.dir={run_dir}",
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
@@ -216,21 +238,32 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8192)
     parser.add_argument("--num-envs", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=10.0, help="timing window per role alone")
-    parser.add_argument("--together-seconds", type=float, default=None,
-                        help="length of the together run (default max(30, 3 × --seconds); 0: no together run)")
+    parser.add_argument(
+        "--together-seconds",
+        type=float,
+        default=None,
+        help="length of the together run (default max(30, 3 × --seconds); 0: no together run)",
+    )
     parser.add_argument("--csv", default=None, help="also write the figures to this CSV file")
     parser.add_argument("--greedy-nstep", action="store_true", help="with algo.greedy_nstep=true")
-    parser.add_argument("--mps", choices=MPS_MODES, default="auto",
-                        help="runtime.mps of the together run (default auto: an MPS daemon of the run's own on CUDA)")
+    parser.add_argument(
+        "--mps",
+        choices=MPS_MODES,
+        default="auto",
+        help="runtime.mps of the together run (default auto: an MPS daemon of the run's own on CUDA)",
+    )
     args = parser.parse_args()
     if args.together_seconds is not None and args.together_seconds < 0:
         parser.error(f"--together-seconds {args.together_seconds} is negative; give 0 (no together run) or more")
 
     import tasks
 
-    raw = {"task": {"name": args.task, "num_envs": args.num_envs},
-           "algo": {"name": "pql", "batch_size": args.batch_size, "greedy_nstep": args.greedy_nstep},
-           "runtime": {"device": args.device}, "run_dir": tempfile.gettempdir()}
+    raw = {
+        "task": {"name": args.task, "num_envs": args.num_envs},
+        "algo": {"name": "pql", "batch_size": args.batch_size, "greedy_nstep": args.greedy_nstep},
+        "runtime": {"device": args.device},
+        "run_dir": tempfile.gettempdir(),
+    }
     cfg = load_config(raw)
     device = use_device(apply_device_defaults(cfg))  # TF32 on CUDA, as in every process of a run
     probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
@@ -241,8 +274,16 @@ def main() -> None:
     rows = CsvRows(args.csv, ["task", "device", "num_envs", "batch_size", "compile", "mps", "quantity", "value"])
 
     def record(quantity: str, value: float) -> None:
-        rows.write(task=args.task, device=str(device), num_envs=n, batch_size=args.batch_size,
-                   compile=str(cfg.runtime.compile).lower(), mps=args.mps, quantity=quantity, value=f"{value:.6g}")
+        rows.write(
+            task=args.task,
+            device=str(device),
+            num_envs=n,
+            batch_size=args.batch_size,
+            compile=str(cfg.runtime.compile).lower(),
+            mps=args.mps,
+            quantity=quantity,
+            value=f"{value:.6g}",
+        )
 
     critic, policy = learner_rates(cfg, obs_dim, act_dim, device, args.seconds)
     record("critic_updates_per_s_alone", critic)
@@ -252,9 +293,11 @@ def main() -> None:
     bound = min(actor, critic * n / bav, policy * bpv * n / bav)
     record("bound_env_steps_per_s", bound)
 
-    print(f"\n{args.task}, device {device}, num_envs {n}, batch {args.batch_size}, β_a:v 1:{bav}, β_p:v 1:{bpv}, "
-          f"runtime.compile={str(cfg.runtime.compile).lower()}, algo.greedy_nstep={str(args.greedy_nstep).lower()}, "
-          f"torch threads {threads} (alone) / shared by 3 roles (together)")
+    print(
+        f"\n{args.task}, device {device}, num_envs {n}, batch {args.batch_size}, β_a:v 1:{bav}, β_p:v 1:{bpv}, "
+        f"runtime.compile={str(cfg.runtime.compile).lower()}, algo.greedy_nstep={str(args.greedy_nstep).lower()}, "
+        f"torch threads {threads} (alone) / shared by 3 roles (together)"
+    )
     print(f"{'':28}{'env steps/s':>14}{'critic upd/s':>14}{'policy upd/s':>14}")
     print(f"{'critic alone':28}{'':>14}{critic:>14.1f}{'':>14}")
     print(f"{'policy alone':28}{'':>14}{'':>14}{policy:>14.1f}")
@@ -262,18 +305,29 @@ def main() -> None:
     print(f"{'bound from slowest alone':28}{bound:>14.0f}", flush=True)
     seconds = max(30.0, 3 * args.seconds) if args.together_seconds is None else args.together_seconds
     if seconds > 0:
-        overrides = [f"task={args.task}", f"task.num_envs={n}", f"algo.batch_size={args.batch_size}",
-                     f"runtime.device={cfg.runtime.device}", f"algo.greedy_nstep={str(args.greedy_nstep).lower()}",
-                     f"runtime.mps={args.mps}"]
+        overrides = [
+            f"task={args.task}",
+            f"task.num_envs={n}",
+            f"algo.batch_size={args.batch_size}",
+            f"runtime.device={cfg.runtime.device}",
+            f"algo.greedy_nstep={str(args.greedy_nstep).lower()}",
+            f"runtime.mps={args.mps}",
+        ]
         run = together(overrides, n, seconds)
-        for quantity, key in (("together_env_steps_per_s", ENV_RATE), ("together_critic_updates_per_s", CRITIC_RATE),
-                              ("together_policy_updates_per_s", POLICY_RATE),
-                              ("together_ratio_beta_av", "ratio/beta_av"), ("together_ratio_beta_pv", "ratio/beta_pv")):
+        for quantity, key in (
+            ("together_env_steps_per_s", ENV_RATE),
+            ("together_critic_updates_per_s", CRITIC_RATE),
+            ("together_policy_updates_per_s", POLICY_RATE),
+            ("together_ratio_beta_av", "ratio/beta_av"),
+            ("together_ratio_beta_pv", "ratio/beta_pv"),
+        ):
             record(quantity, run[key])
         record("together_efficiency", run[ENV_RATE] / bound)
         print(f"{'all three together':28}{run[ENV_RATE]:>14.0f}{run[CRITIC_RATE]:>14.1f}{run[POLICY_RATE]:>14.1f}")
-        print(f"steady from {run['steady_from_s']:.0f} s of {seconds:g}; ratios there: critic/actor step "
-              f"{run['ratio/beta_av']:.2f} (target {bav}), critic/policy {run['ratio/beta_pv']:.2f} (target {bpv})")
+        print(
+            f"steady from {run['steady_from_s']:.0f} s of {seconds:g}; ratios there: critic/actor step "
+            f"{run['ratio/beta_av']:.2f} (target {bav}), critic/policy {run['ratio/beta_pv']:.2f} (target {bpv})"
+        )
         print(f"efficiency together / bound: {run[ENV_RATE] / bound:.0%}")
         print(f"together run, runtime.mps={args.mps}: {run['mps'] or 'it printed no line about MPS'}")
     rows.close()

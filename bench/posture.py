@@ -11,9 +11,10 @@ MuJoCo Warp) for --episodes full 1,000-step episodes, and prints per checkpoint 
 and the mean root pitch (rooty, observation 1, radians) over the steps after --skip-steps, which
 leave out the first stride or the roll. Upright running keeps the pitch within a few tenths of 0
 (or of 2π after a full turn); on its back it sits near ±π. The verdict is "on its back" when the
-mean cosine of the pitch is below 0. --csv writes one row per checkpoint (checkpoint, env_steps, return, pitch, cos_pitch,
-verdict).
+mean cosine of the pitch is below 0. --csv writes one row per checkpoint (checkpoint, env_steps,
+return, pitch, cos_pitch, verdict).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,13 +27,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pql.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
-from pql.config import load_config  # noqa: E402
-from pql.envs import build_env, to_env_action  # noqa: E402
-from pql.runtime.run import checkpoint_policy  # noqa: E402
+from pql.checkpoint import CheckpointError, load_checkpoint
+from pql.config import load_config
+from pql.envs import build_env, to_env_action
+from pql.runtime.run import checkpoint_policy
 
 TASK = "HalfCheetah"
-PITCH = 1                  # rooty in HalfCheetah's observation (qpos without the root's x, then qvel)
+PITCH = 1  # rooty in HalfCheetah's observation (qpos without the root's x, then qvel)
 CHECKPOINT_NAME = "checkpoint.pt"  # what a run directory holds
 
 
@@ -51,8 +52,10 @@ def rollout(env, act, skip_steps: int) -> dict:
     and mean cos(pitch) over the steps after skip_steps. The pitch is the hinge's angle, so a
     cheetah that turned over once and landed on its feet reads 2π; its cosine does not care."""
     if not 0 <= skip_steps < env.max_episode_steps:
-        raise SystemExit(f"posture: --skip-steps {skip_steps}: an integer in [0, {env.max_episode_steps}), "
-                         f"so that some steps of the episode count")
+        raise SystemExit(
+            f"posture: --skip-steps {skip_steps}: an integer in [0, {env.max_episode_steps}), "
+            f"so that some steps of the episode count"
+        )
     obs = env.reset()
     returns, pitch_sum, cos_sum = (torch.zeros(env.num_envs, device=env.device) for _ in range(3))
     for t in range(env.max_episode_steps):
@@ -78,18 +81,27 @@ def probe(path: str, episodes: int, skip_steps: int, seed: int, device: str) -> 
     except CheckpointError as e:
         raise SystemExit(f"posture: {e}") from None
     if state["task"] != TASK:
-        raise SystemExit(f"posture: {path} is a task={state['task']} checkpoint; this probe reads {TASK}'s "
-                         f"root pitch, so it takes {TASK} checkpoints only")
+        raise SystemExit(
+            f"posture: {path} is a task={state['task']} checkpoint; this probe reads {TASK}'s "
+            f"root pitch, so it takes {TASK} checkpoints only"
+        )
     cfg = load_config(state["config"])
-    env = build_env(dataclasses.replace(cfg.task, backend="mujoco" if device == "cpu" else "mjwarp"), episodes,
-                    device, seed)
+    env = build_env(
+        dataclasses.replace(cfg.task, backend="mujoco" if device == "cpu" else "mjwarp"), episodes, device, seed
+    )
     policy, normalizer = checkpoint_policy(cfg, state, env.obs_dim, env.act_dim, device)
     # As evaluation acts: the deterministic policy's action, clipped to the box.
     out = rollout(env, lambda obs: policy(normalizer(obs)).clamp(-1.0, 1.0), skip_steps)
     cos_pitch = float(out["cos_pitch"].mean())
-    return {"checkpoint": path, "env_steps": state["counters"]["env_steps"], "return": float(out["return"].mean()),
-            "pitch": float(out["pitch"].mean()), "cos_pitch": cos_pitch, "verdict": verdict(cos_pitch),
-            "episode_pitch": out["pitch"].tolist()}
+    return {
+        "checkpoint": path,
+        "env_steps": state["counters"]["env_steps"],
+        "return": float(out["return"].mean()),
+        "pitch": float(out["pitch"].mean()),
+        "cos_pitch": cos_pitch,
+        "verdict": verdict(cos_pitch),
+        "episode_pitch": out["pitch"].tolist(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,13 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     for path in map(checkpoint_path, args.paths):
         row = probe(path, args.episodes, args.skip_steps, args.seed, args.device)
         rows.append(row)
-        print(f"{row['checkpoint']}: {row['env_steps']:,} env steps, return {row['return']:,.0f}, "
-              f"mean pitch {row['pitch']:+.2f} rad (per episode {', '.join(f'{p:+.2f}' for p in row['episode_pitch'])}):"
-              f" {row['verdict']}", flush=True)
+        print(
+            f"{row['checkpoint']}: {row['env_steps']:,} env steps, return {row['return']:,.0f}, "
+            f"mean pitch {row['pitch']:+.2f} rad (per episode {', '.join(f'{p:+.2f}' for p in row['episode_pitch'])}):"
+            f" {row['verdict']}",
+            flush=True,
+        )
     if args.csv:
         with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, ["checkpoint", "env_steps", "return", "pitch", "cos_pitch", "verdict"],
-                                    extrasaction="ignore")
+            writer = csv.DictWriter(
+                f, ["checkpoint", "env_steps", "return", "pitch", "cos_pitch", "verdict"], extrasaction="ignore"
+            )
             writer.writeheader()
             writer.writerows(rows)
     return 0

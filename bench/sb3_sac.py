@@ -15,6 +15,7 @@ The settings are the Zoo's `hyperparams/sac.yml` (rl_zoo3 2.9.2) for the MuJoCo 
 tunes: SB3's SAC defaults with 10,000 random steps before learning, and γ = 0.999 on Swimmer.
 The Zoo has no SAC entry for the other tasks, which get SB3's defaults.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,19 @@ import os
 import sys
 import time
 
-TASKS = ("Ant", "HalfCheetah", "Hopper", "Humanoid", "Walker2d", "Swimmer", "InvertedPendulum",
-         "InvertedDoublePendulum", "HumanoidStandup", "Reacher", "Pusher")
+TASKS = (
+    "Ant",
+    "HalfCheetah",
+    "Hopper",
+    "Humanoid",
+    "Walker2d",
+    "Swimmer",
+    "InvertedPendulum",
+    "InvertedDoublePendulum",
+    "HumanoidStandup",
+    "Reacher",
+    "Pusher",
+)
 ZOO_SETTINGS = {
     **{t: {"learning_starts": 10_000} for t in ("Ant", "HalfCheetah", "Hopper", "Humanoid", "Walker2d")},
     "Swimmer": {"learning_starts": 10_000, "gamma": 0.999},
@@ -34,13 +46,23 @@ COLUMNS = ("env_steps", "wall_time_s", "eval/return", "eval/length", "time/eval_
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", required=True, choices=TASKS, metavar="TASK",
-                   help="a pql task name; the env is Gymnasium's <TASK>-v5 (one of " + ", ".join(TASKS) + ")")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--task",
+        required=True,
+        choices=TASKS,
+        metavar="TASK",
+        help="a pql task name; the env is Gymnasium's <TASK>-v5 (one of " + ", ".join(TASKS) + ")",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-time-s", type=float, default=885.0,
-                   help="training wall time in seconds, evaluations left out (pql's CPU default budget)")
+    p.add_argument(
+        "--max-time-s",
+        type=float,
+        default=885.0,
+        help="training wall time in seconds, evaluations left out (pql's CPU default budget)",
+    )
     p.add_argument("--eval-every", type=int, default=10_000, help="env steps between evaluations")
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--out", required=True, help="run directory to write")
@@ -66,8 +88,18 @@ def main(argv: list[str]) -> None:
     env_id = f"{args.task}-v5"
     settings = ZOO_SETTINGS.get(args.task, {})
     with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump({"task": {"name": args.task}, "peer": "stable-baselines3 SAC", "env_id": env_id,
-                   "settings": settings, "seed": args.seed, "max_time_s": args.max_time_s}, f, indent=1)
+        json.dump(
+            {
+                "task": {"name": args.task},
+                "peer": "stable-baselines3 SAC",
+                "env_id": env_id,
+                "settings": settings,
+                "seed": args.seed,
+                "max_time_s": args.max_time_s,
+            },
+            f,
+            indent=1,
+        )
     csv_file = open(os.path.join(args.out, "metrics.csv"), "w", newline="")
     writer = csv.writer(csv_file)
     writer.writerow(COLUMNS)
@@ -89,16 +121,24 @@ def main(argv: list[str]) -> None:
 
         def evaluate(self) -> None:
             t0 = time.perf_counter()
-            returns, lengths = evaluate_policy(self.model, eval_env, n_eval_episodes=args.eval_episodes,
-                                               deterministic=True, return_episode_rewards=True)
+            returns, lengths = evaluate_policy(
+                self.model,
+                eval_env,
+                n_eval_episodes=args.eval_episodes,
+                deterministic=True,
+                return_episode_rewards=True,
+            )
             took = time.perf_counter() - t0
             self.paused += took
             ret, length = sum(returns) / len(returns), sum(lengths) / len(lengths)
             self.last = (self.num_timesteps, ret)
             writer.writerow((self.num_timesteps, f"{self.train_time():.3f}", ret, length, f"{took:.3f}"))
             csv_file.flush()
-            print(f"{self.num_timesteps:>8,} env steps | {self.train_time():6.0f} s | eval return {ret:9.1f} "
-                  f"(length {length:.0f}, {took:.0f} s)", flush=True)
+            print(
+                f"{self.num_timesteps:>8,} env steps | {self.train_time():6.0f} s | eval return {ret:9.1f} "
+                f"(length {length:.0f}, {took:.0f} s)",
+                flush=True,
+            )
 
         def _on_step(self) -> bool:
             if self.num_timesteps >= self.next_eval:
@@ -113,9 +153,12 @@ def main(argv: list[str]) -> None:
     if budget.last is None or budget.last[0] != model.num_timesteps:
         budget.evaluate()
     csv_file.close()
-    print(f"sb3_sac: done: {env_id}, seed {args.seed}, {settings or 'SB3 defaults'}: "
-          f"{model.num_timesteps:,} env steps in {budget.train_time():.0f} s of training, "
-          f"final eval return {budget.last[1]:.1f}", flush=True)
+    print(
+        f"sb3_sac: done: {env_id}, seed {args.seed}, {settings or 'SB3 defaults'}: "
+        f"{model.num_timesteps:,} env steps in {budget.train_time():.0f} s of training, "
+        f"final eval return {budget.last[1]:.1f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Loading uses `torch.load(weights_only=True)`: a checkpoint may hold tensors, num
 None and lists/tuples/dicts of these (what `state_dict()` returns), and loading one never runs
 pickled code.
 """
+
 from __future__ import annotations
 
 import collections
@@ -115,9 +116,11 @@ def _check_plain(obj, where: str) -> None:
         for i, value in enumerate(obj):
             _check_plain(value, f"{where}[{i}]")
     else:
-        raise TypeError(f"checkpoint state{where} is a {type(obj).__module__}.{type(obj).__qualname__}; a checkpoint "
-                        "holds only tensors, numbers, strings, None and dicts/lists/tuples of these: convert it "
-                        "(e.g. .item(), .tolist(), dataclasses.asdict())")
+        raise TypeError(
+            f"checkpoint state{where} is a {type(obj).__module__}.{type(obj).__qualname__}; a checkpoint "
+            "holds only tensors, numbers, strings, None and dicts/lists/tuples of these: convert it "
+            "(e.g. .item(), .tolist(), dataclasses.asdict())"
+        )
 
 
 def _fsync_directory(directory: str) -> None:
@@ -148,8 +151,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a pql checkpoint (no '{FORMAT}' format marker)")
     if data.get("version") != VERSION:
-        raise CheckpointError(f"{path} is a pql checkpoint of format version {data.get('version')!r}; "
-                         f"this pql reads version {VERSION}")
+        raise CheckpointError(
+            f"{path} is a pql checkpoint of format version {data.get('version')!r}; this pql reads version {VERSION}"
+        )
     return data["state"]
 
 
@@ -180,12 +184,14 @@ def set_rng_state(state: dict) -> None:
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     np_state = state["numpy"]
-    np.random.set_state({
-        "bit_generator": np_state["bit_generator"],
-        "state": {"key": np_state["key"].cpu().numpy().astype(np.uint32), "pos": np_state["pos"]},
-        "has_gauss": np_state["has_gauss"],
-        "gauss": np_state["gauss"],
-    })
+    np.random.set_state(
+        {
+            "bit_generator": np_state["bit_generator"],
+            "state": {"key": np_state["key"].cpu().numpy().astype(np.uint32), "pos": np_state["pos"]},
+            "has_gauss": np_state["has_gauss"],
+            "gauss": np_state["gauss"],
+        }
+    )
     torch.set_rng_state(state["torch"].cpu())
     # A CUDA run resumed on a machine without CUDA has no CUDA streams to restore; the CPU ones
     # still are. With fewer GPUs than were saved, the first ones are restored.

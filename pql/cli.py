@@ -9,6 +9,7 @@ config. So `preflight` composes and validates every job here first. `usage` is p
 `isaacgym` group option plus `task.name`, and `import_isaacgym_first` loads Isaac Gym before
 anything imports torch. This module imports neither torch nor hydra at import time.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,10 +33,13 @@ def expand_isaacgym_task(argv: list[str]) -> list[str]:
         if not arg.startswith("task=") or ISAACGYM_PREFIX not in arg:
             out.append(arg)
             continue
-        choices = arg[len("task="):].split(",")
+        choices = arg[len("task=") :].split(",")
         if not all(c.startswith(ISAACGYM_PREFIX) for c in choices):
-            raise ConfigError("task", arg[len("task="):],
-                              f"either {ISAACGYM_PREFIX}<Task> choices or other tasks in one sweep, not both")
+            raise ConfigError(
+                "task",
+                arg[len("task=") :],
+                f"either {ISAACGYM_PREFIX}<Task> choices or other tasks in one sweep, not both",
+            )
         out += [f"task={ISAACGYM_OPTION}", f"task.name={','.join(choices)}"]
     return out
 
@@ -66,7 +70,11 @@ def quiet_replica(argv: list[str]) -> list[str]:
     if Replicas.from_env().lead:
         return argv
     return [arg for arg in argv if not arg.startswith(("hydra.run.dir=", "hydra.output_subdir="))] + [
-        "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+        "hydra.run.dir=.",
+        "hydra.output_subdir=null",
+        "hydra/job_logging=disabled",
+        "hydra/hydra_logging=disabled",
+    ]
 
 
 def _overrides(argv: list[str]) -> list[tuple[str, str]]:
@@ -83,7 +91,7 @@ def _overrides(argv: list[str]) -> list[tuple[str, str]]:
 
 def _yaml_options(group_dir: str) -> set[str]:
     """The options a folder of the config gives its group: its YAML files' names."""
-    return {f[:-len(".yaml")] for f in os.listdir(group_dir) if f.endswith(".yaml")}
+    return {f[: -len(".yaml")] for f in os.listdir(group_dir) if f.endswith(".yaml")}
 
 
 def _group_options(key: str, config_dir: str) -> list[str] | None:
@@ -97,7 +105,7 @@ def _group_options(key: str, config_dir: str) -> list[str] | None:
         options |= _yaml_options(group_dir)
         found = True
     with contextlib.suppress(OSError):  # ConfigStore.list: `key` is no group there
-        options |= {o[:-len(".yaml")] for o in ConfigStore.instance().list(key) if o.endswith(".yaml")}
+        options |= {o[: -len(".yaml")] for o in ConfigStore.instance().list(key) if o.endswith(".yaml")}
         found = True
     return sorted(options) if found else None
 
@@ -200,8 +208,11 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
     setup_globals()  # Hydra's ${now:...} resolver, which the run directory's name uses
     replicas = Replicas.from_env()
     jobs = _jobs(args.overrides, args.multirun)
-    groups = {key: options for key, _ in _overrides(args.overrides)
-              if (options := _group_options(key, config_dir)) is not None}  # group key -> its options
+    groups = {
+        key: options
+        for key, _ in _overrides(args.overrides)
+        if (options := _group_options(key, config_dir)) is not None
+    }  # group key -> its options
     cfgs = []
     for job in jobs:
         for key, value in _overrides(job):
@@ -254,22 +265,25 @@ def usage(config_dir: str) -> str:
 
     tasks = sorted(_yaml_options(os.path.join(config_dir, "task")) - {ISAACGYM_OPTION})
     width = max(len(override) for override, _ in COMMON_OVERRIDES)
-    return "\n".join([
-        f"pql {__version__}: Parallel Q-Learning (Li et al., ICML 2023) and its family for PyTorch.",
-        "",
-        "usage: python train.py [key=value ...]            train (Ctrl-C writes a checkpoint and stops)",
-        "       python train.py -m key=a,b [key=c,d ...]   a sweep: one run per combination, one after another",
-        "       torchrun --nproc_per_node=N train.py ...    N data-parallel replicas (docs/distributed.md)",
-        "",
-        "common overrides:",
-        *(f"  {override:<{width}}  {what}" for override, what in COMMON_OVERRIDES),
-        "",
-        textwrap.fill(", ".join([*tasks, "isaacgym/<Task>"]), 100, initial_indent="tasks:      ",
-                      subsequent_indent=" " * 12),
-        f"algorithms: {', '.join(ALGORITHMS)}",
-        "",
-        "Every key, its default and what it allows: docs/configuration.md (or python -m pql.config).",
-        "A run writes runs/<date>_<time>_<task>_<algo>/: train.log, metrics.csv, TensorBoard events,",
-        "checkpoint.pt, learning_curve.png (docs/logging.md). Compare runs: python -m pql.plot RUN_DIR ...",
-        "Hydra's own options: python train.py --hydra-help; the composed settings: python train.py --cfg job",
-    ])
+    return "\n".join(
+        [
+            f"pql {__version__}: Parallel Q-Learning (Li et al., ICML 2023) and its family for PyTorch.",
+            "",
+            "usage: python train.py [key=value ...]            train (Ctrl-C writes a checkpoint and stops)",
+            "       python train.py -m key=a,b [key=c,d ...]   a sweep: one run per combination, one after another",
+            "       torchrun --nproc_per_node=N train.py ...    N data-parallel replicas (docs/distributed.md)",
+            "",
+            "common overrides:",
+            *(f"  {override:<{width}}  {what}" for override, what in COMMON_OVERRIDES),
+            "",
+            textwrap.fill(
+                ", ".join([*tasks, "isaacgym/<Task>"]), 100, initial_indent="tasks:      ", subsequent_indent=" " * 12
+            ),
+            f"algorithms: {', '.join(ALGORITHMS)}",
+            "",
+            "Every key, its default and what it allows: docs/configuration.md (or python -m pql.config).",
+            "A run writes runs/<date>_<time>_<task>_<algo>/: train.log, metrics.csv, TensorBoard events,",
+            "checkpoint.pt, learning_curve.png (docs/logging.md). Compare runs: python -m pql.plot RUN_DIR ...",
+            "Hydra's own options: python train.py --hydra-help; the composed settings: python train.py --cfg job",
+        ]
+    )

@@ -11,14 +11,17 @@ this point never reads raw dicts. The configuration reference (docs/configuratio
 Ratios follow the paper's notation β_a:v = 1:beta_av (critic updates per batched actor step,
 i.e. per `num_envs` env steps) and β_p:v = 1:beta_pv (critic updates per policy update).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import math
+import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 
 class ConfigError(ValueError):
@@ -29,8 +32,13 @@ class ConfigError(ValueError):
         super().__init__(f"config error: {key}={value!r} is not allowed; expected {allowed}")
 
 
-def _opt(default, allowed: Union[str, Callable[[], str]], check: Callable[[Any], bool] = lambda v: True,
-         doc: str = "", on_device: Optional[tuple] = None):
+def _opt(
+    default,
+    allowed: str | Callable[[], str],
+    check: Callable[[Any], bool] = lambda v: True,
+    doc: str = "",
+    on_device: tuple | None = None,
+):
     """A field with its constraint, checked by `_build` (None always passes for Optional fields).
 
     allowed: what the error line expects (a callable for text built from names defined later);
@@ -105,42 +113,62 @@ def _algo_names() -> str:
 
 def _algo_name(default=dataclasses.MISSING):
     """An algorithm config's `name`: `load_config` picks the class by it (ALGORITHMS, below)."""
-    return _opt(default, _algo_names, lambda v: v in ALGORITHMS,
-                doc="the algorithm, picked with `algo=<name>`")
+    return _opt(default, _algo_names, lambda v: v in ALGORITHMS, doc="the algorithm, picked with `algo=<name>`")
 
 
 @dataclass
 class TaskConfig:
     name: str = _opt("Ant", _task_names, doc="the task, picked with `task=<Task>` (docs/tasks.md)")
-    num_envs: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(4096, "cpu_num_envs"),
-                                   doc="training envs")
-    backend: str = _opt("auto", "one of auto, mujoco, mjwarp", _one_of("auto", "mujoco", "mjwarp"),
-                        doc="the simulator: mujoco (MuJoCo C on CPU threads) or mjwarp (MuJoCo Warp); auto: mjwarp "
-                            "on CUDA, mujoco on the CPU; Isaac Gym tasks ignore it")
-    eval_envs: int = _opt(10, "an integer > 0", _positive,
-                          doc="evaluation envs (deterministic policy, one episode each)")
-    cpu_num_envs: int = _opt(128, "an integer > 0", _positive,
-                             doc="training envs on CPU when task.num_envs is null (set per task in "
-                                 "cfg/task/<Task>.yaml)")
+    num_envs: int | None = _opt(
+        None, "an integer > 0", _positive, on_device=(4096, "cpu_num_envs"), doc="training envs"
+    )
+    backend: str = _opt(
+        "auto",
+        "one of auto, mujoco, mjwarp",
+        _one_of("auto", "mujoco", "mjwarp"),
+        doc="the simulator: mujoco (MuJoCo C on CPU threads) or mjwarp (MuJoCo Warp); auto: mjwarp "
+        "on CUDA, mujoco on the CPU; Isaac Gym tasks ignore it",
+    )
+    eval_envs: int = _opt(
+        10, "an integer > 0", _positive, doc="evaluation envs (deterministic policy, one episode each)"
+    )
+    cpu_num_envs: int = _opt(
+        128,
+        "an integer > 0",
+        _positive,
+        doc="training envs on CPU when task.num_envs is null (set per task in cfg/task/<Task>.yaml)",
+    )
     # Truncated episodes bootstrap, so a value is an infinite-horizon sum: about the reward per
     # step / (1 − γ). Each task file sets the range from its reward's bounds (docs/tasks.md).
-    value_min: float = _opt(-100.0, "a number < task.value_max",
-                            doc="lowest discounted return the task's values reach (γ = 0.99), what pql_d's "
-                                "support starts at when algo.v_min is null (set per task in cfg/task/<Task>.yaml)")
-    value_max: float = _opt(1000.0, "a number > task.value_min",
-                            doc="highest discounted return, pql_d's highest atom when algo.v_max is null")
+    value_min: float = _opt(
+        -100.0,
+        "a number < task.value_max",
+        doc="lowest discounted return the task's values reach (γ = 0.99), what pql_d's "
+        "support starts at when algo.v_min is null (set per task in cfg/task/<Task>.yaml)",
+    )
+    value_max: float = _opt(
+        1000.0,
+        "a number > task.value_min",
+        doc="highest discounted return, pql_d's highest atom when algo.v_max is null",
+    )
 
 
 @dataclass
 class NetConfig:
-    actor_hidden: tuple = _opt((256, 256), "a non-empty list of positive layer widths", _layer_widths,
-                               doc="hidden widths of the policy MLP")
-    critic_hidden: tuple = _opt((256, 256), "a non-empty list of positive layer widths", _layer_widths,
-                                doc="hidden widths of the critic (value) MLP")
+    actor_hidden: tuple = _opt(
+        (256, 256), "a non-empty list of positive layer widths", _layer_widths, doc="hidden widths of the policy MLP"
+    )
+    critic_hidden: tuple = _opt(
+        (256, 256),
+        "a non-empty list of positive layer widths",
+        _layer_widths,
+        doc="hidden widths of the critic (value) MLP",
+    )
     # ReLU: a critic update costs 20% less than with ELU on a CPU, where ELU's expm1 was a fifth
     # of the update, at no measured loss of return on Ant (docs/tuning.md).
-    activation: str = _opt("relu", "one of elu, relu", _one_of("elu", "relu"),
-                           doc="the hidden layers' activation, in every network")
+    activation: str = _opt(
+        "relu", "one of elu, relu", _one_of("elu", "relu"), doc="the hidden layers' activation, in every network"
+    )
     # LayerNorm keeps early Q-learning from diverging when the replay holds few states (MuJoCo
     # Ant on a CPU collapsed without it).
     critic_layer_norm: bool = _opt(True, "true or false", doc="LayerNorm before each hidden activation of the critic")
@@ -149,8 +177,9 @@ class NetConfig:
 def _on_policy_net() -> NetConfig:
     """PPO's and IMPALA's nets: narrower than the off-policy ones, no LayerNorm, and ELU (what their
     learning tests were measured with; docs/tuning.md measured ReLU for the off-policy ones only)."""
-    return NetConfig(actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64), critic_layer_norm=False,
-                     activation="elu")
+    return NetConfig(
+        actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64), critic_layer_norm=False, activation="elu"
+    )
 
 
 # Three-step targets keep HalfCheetah upright and Ant ahead on their 1,000-step episodes; on
@@ -166,61 +195,88 @@ class OffPolicyConfig:
     # No default: the shared keys are no algorithm of their own.
     name: str = _algo_name()
     gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
-    nstep: Optional[int] = _opt(None, "null or an integer >= 1", _at_least_one,
-                                doc="n of the n-step returns; null: 1 for a task whose episodes last at most "
-                                    f"{SHORT_EPISODE_STEPS} steps (Reacher, Pusher), 3 for any other (docs/tuning.md)")
-    greedy_nstep: bool = _opt(False, "true or false",
-                              doc="the critic's target is the larger of the n-step and the one-step target "
-                                  "(Wang et al., 2021); the replay then keeps each transition's first step too "
-                                  "(no effect with algo.nstep=1)")
+    nstep: int | None = _opt(
+        None,
+        "null or an integer >= 1",
+        _at_least_one,
+        doc="n of the n-step returns; null: 1 for a task whose episodes last at most "
+        f"{SHORT_EPISODE_STEPS} steps (Reacher, Pusher), 3 for any other (docs/tuning.md)",
+    )
+    greedy_nstep: bool = _opt(
+        False,
+        "true or false",
+        doc="the critic's target is the larger of the n-step and the one-step target "
+        "(Wang et al., 2021); the replay then keeps each transition's first step too "
+        "(no effect with algo.nstep=1)",
+    )
     tau: float = _opt(0.05, "a number in (0, 1]", _discount, doc="soft-update rate of the target critic")
     # PQL (Li et al., 2023) scales Ant's reward by 0.01; docs/tuning.md measures what it does here.
-    reward_scale: float = _opt(1.0, "a number > 0", _positive,
-                               doc="the actor multiplies each reward by it before the reward enters the replay, so "
-                                   "the critic learns scaled values, while every logged return is the env's own; "
-                                   "pql_d's support from task.value_min / value_max is scaled with it")
-    batch_size: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(8192, 128),
-                                     doc="transitions sampled per update")
+    reward_scale: float = _opt(
+        1.0,
+        "a number > 0",
+        _positive,
+        doc="the actor multiplies each reward by it before the reward enters the replay, so "
+        "the critic learns scaled values, while every logged return is the env's own; "
+        "pql_d's support from task.value_min / value_max is scaled with it",
+    )
+    batch_size: int | None = _opt(
+        None, "an integer > 0", _positive, on_device=(8192, 128), doc="transitions sampled per update"
+    )
     critic_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of the critic")
     actor_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of the policy")
     # 1:16 on every device: on a GPU, 1:8 left HalfCheetah on its back in 7 of 12 runs and 1:16 in
     # none of 6, with Ant no worse at equal wall time (docs/notes/2026-11-27-h100-and-beta-av-16.md).
-    beta_av: int = _opt(16, "an integer >= 1 (critic updates per batched actor step, β_a:v = 1:beta_av)",
-                        _at_least_one)
+    beta_av: int = _opt(16, "an integer >= 1 (critic updates per batched actor step, β_a:v = 1:beta_av)", _at_least_one)
     beta_pv: int = _opt(2, "an integer >= 1 (critic updates per policy update, β_p:v = 1:beta_pv)", _at_least_one)
     # Early updates per sample settle HalfCheetah's posture: one-step and greedy targets roll it
     # onto its back at 32 samples per env step and keep it upright at 128 (docs/tuning.md).
-    early_beta_av: Optional[int] = _opt(None, "null or an integer >= 1", _at_least_one,
-                                        doc="critic updates per batched actor step during the run's first "
-                                            "algo.early_steps actor steps; null: algo.beta_av throughout")
-    early_steps: int = _opt(0, "an integer >= 0", _non_negative,
-                            doc="batched actor steps at the start of a run (after the warm-up) that "
-                                "algo.early_beta_av applies to")
-    warmup_steps: int = _opt(32, "an integer >= 0 (batched actor steps with uniform random actions before learning)",
-                             _non_negative)
+    early_beta_av: int | None = _opt(
+        None,
+        "null or an integer >= 1",
+        _at_least_one,
+        doc="critic updates per batched actor step during the run's first "
+        "algo.early_steps actor steps; null: algo.beta_av throughout",
+    )
+    early_steps: int = _opt(
+        0,
+        "an integer >= 0",
+        _non_negative,
+        doc="batched actor steps at the start of a run (after the warm-up) that algo.early_beta_av applies to",
+    )
+    warmup_steps: int = _opt(
+        32, "an integer >= 0 (batched actor steps with uniform random actions before learning)", _non_negative
+    )
     # A per-update rate: τ = 0.001 lagged too far for the short InvertedDoublePendulum and
     # two-replica InvertedPendulum runs of the learning tests (docs/tuning.md); 0.005 does not.
-    policy_average: float = _opt(0.005, "a number in [0, 1]", _unit_interval,
-                                 doc="rate τ of the Polyak average θ̄ ← τθ + (1 − τ)θ̄ of the policy, taken at each "
-                                     "policy update (the plain mean until 1/τ updates); the average is the policy "
-                                     "the run evaluates, checkpoints and delivers, while the actor explores with the "
-                                     "latest; 0: the latest policy is delivered")
+    policy_average: float = _opt(
+        0.005,
+        "a number in [0, 1]",
+        _unit_interval,
+        doc="rate τ of the Polyak average θ̄ ← τθ + (1 − τ)θ̄ of the policy, taken at each "
+        "policy update (the plain mean until 1/τ updates); the average is the policy "
+        "the run evaluates, checkpoints and delivers, while the actor explores with the "
+        "latest; 0: the latest policy is delivered",
+    )
     net: NetConfig = field(default_factory=NetConfig)
 
 
 @dataclass
 class PQLConfig(OffPolicyConfig):
     name: str = _algo_name("pql")
-    exploration: str = _opt("mixed", "one of mixed, ape_x", _one_of("mixed", "ape_x"),
-                            doc="mixed: env i's noise std spread evenly over [noise_std_min, noise_std_max]; ape_x: "
-                                "env l of L gets ε^(1 + α·l/(L−1))")
+    exploration: str = _opt(
+        "mixed",
+        "one of mixed, ape_x",
+        _one_of("mixed", "ape_x"),
+        doc="mixed: env i's noise std spread evenly over [noise_std_min, noise_std_max]; ape_x: "
+        "env l of L gets ε^(1 + α·l/(L−1))",
+    )
     noise_std_min: float = _opt(0.05, "a number >= 0", _non_negative, doc="smallest noise std of mixed exploration")
-    noise_std_max: float = _opt(0.8, "a number >= noise_std_min", _non_negative,
-                                doc="largest noise std of mixed exploration")
+    noise_std_max: float = _opt(
+        0.8, "a number >= noise_std_min", _non_negative, doc="largest noise std of mixed exploration"
+    )
     ape_x_epsilon: float = _opt(0.4, "a number in (0, 1)", lambda v: 0.0 < v < 1.0, doc="ε of ape_x exploration")
     ape_x_alpha: float = _opt(8.0, "a number >= 0", _non_negative, doc="α of ape_x exploration")
-    target_noise: float = _opt(0.2, "a number >= 0", _non_negative,
-                               doc="noise std of TD3's target-policy smoothing")
+    target_noise: float = _opt(0.2, "a number >= 0", _non_negative, doc="noise std of TD3's target-policy smoothing")
     target_noise_clip: float = _opt(0.5, "a number >= 0", _non_negative, doc="clip of that noise")
 
 
@@ -229,12 +285,17 @@ class PQLDConfig(PQLConfig):
     """PQL with a categorical distributional critic."""
 
     name: str = _algo_name("pql_d")
-    num_atoms: int = _opt(101, "an integer >= 2", lambda v: v >= 2,
-                          doc="atoms z_i = v_min + iΔz of the critic's fixed support")
-    v_min: Optional[float] = _opt(None, "a number < v_max, or null: task.value_min × algo.reward_scale",
-                                  doc="lowest atom; the support must cover the task's discounted returns, values "
-                                      "outside are clipped onto it")
-    v_max: Optional[float] = _opt(None, "a number > v_min, or null: task.value_max × algo.reward_scale", doc="highest atom")
+    num_atoms: int = _opt(
+        101, "an integer >= 2", lambda v: v >= 2, doc="atoms z_i = v_min + iΔz of the critic's fixed support"
+    )
+    v_min: float | None = _opt(
+        None,
+        "a number < v_max, or null: task.value_min × algo.reward_scale",
+        doc="lowest atom; the support must cover the task's discounted returns, values outside are clipped onto it",
+    )
+    v_max: float | None = _opt(
+        None, "a number > v_min, or null: task.value_max × algo.reward_scale", doc="highest atom"
+    )
 
 
 @dataclass
@@ -242,8 +303,9 @@ class SACConfig(OffPolicyConfig):
     """SAC explores by sampling its own policy and smooths no target, so it has no noise keys."""
 
     name: str = _algo_name("sac")
-    init_alpha: float = _opt(0.1, "a number > 0", _positive,
-                             doc="initial temperature α, tuned towards the target entropy −act_dim")
+    init_alpha: float = _opt(
+        0.1, "a number > 0", _positive, doc="initial temperature α, tuned towards the target entropy −act_dim"
+    )
     alpha_lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate of α")
     # ELU, as measured before: ReLU was measured for PQL only (docs/tuning.md), and SAC's
     # InvertedPendulum test did not solve in its 170 s with ReLU and β_a:v 1:16.
@@ -260,8 +322,7 @@ class PPOConfig:
     gae_lambda: float = _opt(0.95, "a number in [0, 1]", _unit_interval, doc="GAE λ")
     horizon: int = _opt(32, "an integer >= 1 (env steps per env per rollout)", _at_least_one)
     epochs: int = _opt(5, "an integer >= 1", _at_least_one, doc="passes over each rollout")
-    minibatches: int = _opt(4, "an integer >= 1", _at_least_one,
-                            doc="minibatches per pass (the rollout split evenly)")
+    minibatches: int = _opt(4, "an integer >= 1", _at_least_one, doc="minibatches per pass (the rollout split evenly)")
     clip: float = _opt(0.2, "a number > 0", _positive, doc="ε of the clipped surrogate")
     value_clip: float = _opt(0.2, "a number > 0", _positive, doc="ε_V of the clipped value loss")
     lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate")
@@ -280,10 +341,12 @@ class ImpalaConfig:
     name: str = _algo_name("impala")
     gamma: float = _opt(0.99, "a number in (0, 1]", _discount, doc="discount γ")
     unroll: int = _opt(16, "an integer >= 1 (T, steps per trajectory)", _at_least_one)
-    rho_bar: float = _opt(1.0, "a number > 0 and >= c_bar", _positive,
-                          doc="ρ̄, V-trace's clip on the importance weight of the TD error")
-    c_bar: float = _opt(1.0, "a number > 0 and <= rho_bar", _positive,
-                        doc="c̄, V-trace's clip on the trace-cutting weights")
+    rho_bar: float = _opt(
+        1.0, "a number > 0 and >= c_bar", _positive, doc="ρ̄, V-trace's clip on the importance weight of the TD error"
+    )
+    c_bar: float = _opt(
+        1.0, "a number > 0 and <= rho_bar", _positive, doc="c̄, V-trace's clip on the trace-cutting weights"
+    )
     lam: float = _opt(1.0, "a number in [0, 1]", _unit_interval, doc="λ of V-trace's traces")
     lr: float = _opt(3e-4, "a number > 0", _positive, doc="Adam learning rate")
     entropy_coef: float = _opt(1e-3, "a number >= 0", _non_negative, doc="weight of the entropy bonus")
@@ -326,104 +389,199 @@ ALGORITHMS = {
 
 @dataclass
 class ReplayConfig:
-    kind: str = _opt("uniform", "one of uniform, prioritized", _one_of("uniform", "prioritized"),
-                     doc="how the critic's batches are sampled")
-    capacity: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(5_000_000, 1_000_000),
-                                   doc="transitions the replay holds")
-    priority_mode: str = _opt("proportional", "one of proportional, rank", _one_of("proportional", "rank"),
-                              doc="proportional p = (|δ| + ε)^α, or rank p = (1/rank)^α")
-    rerank_every: Optional[int] = _opt(None, "an integer >= 1 (rank mode: critic updates between re-ranks; 1: exact "
-                                             "ranks) or null (replay size / batch size)", _positive,
-                                       doc="rank mode sorts the whole replay at a re-rank; ranks in between are "
-                                           "estimated against the last sort (docs/kernels.md has the costs)")
+    kind: str = _opt(
+        "uniform",
+        "one of uniform, prioritized",
+        _one_of("uniform", "prioritized"),
+        doc="how the critic's batches are sampled",
+    )
+    capacity: int | None = _opt(
+        None, "an integer > 0", _positive, on_device=(5_000_000, 1_000_000), doc="transitions the replay holds"
+    )
+    priority_mode: str = _opt(
+        "proportional",
+        "one of proportional, rank",
+        _one_of("proportional", "rank"),
+        doc="proportional p = (|δ| + ε)^α, or rank p = (1/rank)^α",
+    )
+    rerank_every: int | None = _opt(
+        None,
+        "an integer >= 1 (rank mode: critic updates between re-ranks; 1: exact "
+        "ranks) or null (replay size / batch size)",
+        _positive,
+        doc="rank mode sorts the whole replay at a re-rank; ranks in between are "
+        "estimated against the last sort (docs/kernels.md has the costs)",
+    )
     priority_alpha: float = _opt(0.6, "a number >= 0", _non_negative, doc="α of the priorities")
-    priority_beta0: float = _opt(0.4, "a number in [0, 1]", _unit_interval,
-                                 doc="β₀ of the importance weights, annealed linearly to 1")
+    priority_beta0: float = _opt(
+        0.4, "a number in [0, 1]", _unit_interval, doc="β₀ of the importance weights, annealed linearly to 1"
+    )
     beta_anneal_updates: int = _opt(100_000, "an integer > 0 (critic updates over which β goes to 1)", _positive)
     priority_eps: float = _opt(1e-6, "a number > 0", _positive, doc="ε of the proportional priorities")
-    actor_priorities: bool = _opt(False, "true or false (true needs replay.kind=prioritized)",
-                                  doc="true: the actor computes new items' priorities with its own critic copy (Ape-X) "
-                                      "where the data is made; false: new items enter at the maximum priority")
-    priority_eta: float = _opt(0.9, "a number in [0, 1]", _unit_interval,
-                               doc="η of the actor's sequence priority η·max|δ| + (1−η)·mean|δ| over the one-step TD "
-                                   "errors of each n-step window")
+    actor_priorities: bool = _opt(
+        False,
+        "true or false (true needs replay.kind=prioritized)",
+        doc="true: the actor computes new items' priorities with its own critic copy (Ape-X) "
+        "where the data is made; false: new items enter at the maximum priority",
+    )
+    priority_eta: float = _opt(
+        0.9,
+        "a number in [0, 1]",
+        _unit_interval,
+        doc="η of the actor's sequence priority η·max|δ| + (1−η)·mean|δ| over the one-step TD "
+        "errors of each n-step window",
+    )
 
 
 @dataclass
 class ActorConfig:
-    precision: str = _opt("fp32", "one of fp32, bf16, int8", _one_of("fp32", "bf16", "int8"),
-                          doc="the actor's inference copy of the policy (int8 on CPU only)")
+    precision: str = _opt(
+        "fp32",
+        "one of fp32, bf16, int8",
+        _one_of("fp32", "bf16", "int8"),
+        doc="the actor's inference copy of the policy (int8 on CPU only)",
+    )
 
 
 @dataclass
 class RuntimeConfig:
-    mode: str = _opt("process", "one of process, sequential", _one_of("process", "sequential"),
-                     doc="process: each role in a process of its own; sequential: the roles in one process")
-    device: str = _opt("auto", "auto, cpu, cuda or cuda:<index>", _device_name,
-                       doc="every process of the run makes that GPU its current device; auto: cuda if there is one")
-    actor_device: Optional[str] = _opt(None, "null, auto, cpu, cuda or cuda:<index>", _device_name,
-                                       doc="the actor's device (its envs, policy copy and the staging ring); "
-                                           "null: runtime.device")
-    v_learner_device: Optional[str] = _opt(None, "null, auto, cpu, cuda or cuda:<index>", _device_name,
-                                           doc="the V-learner's device (replay, critic); null: runtime.device")
-    p_learner_device: Optional[str] = _opt(None, "null, auto, cpu, cuda or cuda:<index>", _device_name,
-                                           doc="the P-learner's device (observation replay, policy); null: "
-                                               "runtime.device")
+    mode: str = _opt(
+        "process",
+        "one of process, sequential",
+        _one_of("process", "sequential"),
+        doc="process: each role in a process of its own; sequential: the roles in one process",
+    )
+    device: str = _opt(
+        "auto",
+        "auto, cpu, cuda or cuda:<index>",
+        _device_name,
+        doc="every process of the run makes that GPU its current device; auto: cuda if there is one",
+    )
+    actor_device: str | None = _opt(
+        None,
+        "null, auto, cpu, cuda or cuda:<index>",
+        _device_name,
+        doc="the actor's device (its envs, policy copy and the staging ring); null: runtime.device",
+    )
+    v_learner_device: str | None = _opt(
+        None,
+        "null, auto, cpu, cuda or cuda:<index>",
+        _device_name,
+        doc="the V-learner's device (replay, critic); null: runtime.device",
+    )
+    p_learner_device: str | None = _opt(
+        None,
+        "null, auto, cpu, cuda or cuda:<index>",
+        _device_name,
+        doc="the P-learner's device (observation replay, policy); null: runtime.device",
+    )
     seed: int = _opt(0, "an integer >= 0", _non_negative, doc="random seed")
     # On a CPU the budget is wall time: README's command ends in 15 minutes on any machine, and a
     # faster one trains further (docs/tuning.md); the env-step cap there is only a bound.
-    max_env_steps: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(20_000_000, 10_000_000),
-                                        doc="env steps of training (under torchrun: of all replicas together)")
-    max_time_s: Optional[float] = _opt(None, "a number > 0", _positive, on_device=(None, 885.0),
-                                       doc="wall-time limit of training in seconds; with the final evaluation and "
-                                           "checkpoint a run takes about 10 s more")
-    stop_at_return: Optional[float] = _opt(None, "a number or null",
-                                           doc="stop once an evaluation reaches this return (that evaluation is the "
-                                               "run's final one)")
-    eval_every: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(2_000_000, 50_000),
-                                   doc="env steps between evaluations (one that would end past "
-                                       "runtime.max_time_s, as long as the last, is left to the final one)")
-    checkpoint_every: Optional[int] = _opt(None, "an integer > 0", _positive, on_device=(5_000_000, 100_000),
-                                         doc="env steps between checkpoints")
-    policy_publish_every: int = _opt(1, "an integer >= 1", _at_least_one,
-                                     doc="policy updates between publications of the policy weights (P-learner; "
-                                         "IMPALA's learner)")
-    critic_publish_every: int = _opt(1, "an integer >= 1", _at_least_one,
-                                     doc="critic updates between publications of the critic weights (V-learner)")
-    actor_pull_every: int = _opt(1, "an integer >= 1", _at_least_one,
-                                 doc="actor steps between the actor's copies of the published weights")
-    v_learner_pull_every: int = _opt(1, "an integer >= 1", _at_least_one,
-                                     doc="critic updates between the V-learner's copies of the published policy")
+    max_env_steps: int | None = _opt(
+        None,
+        "an integer > 0",
+        _positive,
+        on_device=(20_000_000, 10_000_000),
+        doc="env steps of training (under torchrun: of all replicas together)",
+    )
+    max_time_s: float | None = _opt(
+        None,
+        "a number > 0",
+        _positive,
+        on_device=(None, 885.0),
+        doc="wall-time limit of training in seconds; with the final evaluation and "
+        "checkpoint a run takes about 10 s more",
+    )
+    stop_at_return: float | None = _opt(
+        None,
+        "a number or null",
+        doc="stop once an evaluation reaches this return (that evaluation is the run's final one)",
+    )
+    eval_every: int | None = _opt(
+        None,
+        "an integer > 0",
+        _positive,
+        on_device=(2_000_000, 50_000),
+        doc="env steps between evaluations (one that would end past "
+        "runtime.max_time_s, as long as the last, is left to the final one)",
+    )
+    checkpoint_every: int | None = _opt(
+        None, "an integer > 0", _positive, on_device=(5_000_000, 100_000), doc="env steps between checkpoints"
+    )
+    policy_publish_every: int = _opt(
+        1,
+        "an integer >= 1",
+        _at_least_one,
+        doc="policy updates between publications of the policy weights (P-learner; IMPALA's learner)",
+    )
+    critic_publish_every: int = _opt(
+        1, "an integer >= 1", _at_least_one, doc="critic updates between publications of the critic weights (V-learner)"
+    )
+    actor_pull_every: int = _opt(
+        1, "an integer >= 1", _at_least_one, doc="actor steps between the actor's copies of the published weights"
+    )
+    v_learner_pull_every: int = _opt(
+        1, "an integer >= 1", _at_least_one, doc="critic updates between the V-learner's copies of the published policy"
+    )
     max_lag: int = _opt(4, "an integer >= 1 (batched actor steps a role may run ahead of the ratio)", _at_least_one)
-    max_critic_loss: Optional[float] = _opt(None, "a number > 0, or null (no bound)", _positive,
-                                            doc="a critic loss above it stops the run as diverged (nan and inf "
-                                                "in any loss always do); the scale is the task's, so no default")
-    stall_timeout_s: float = _opt(600.0, "a number > 0 (a role waiting longer than this stops the run)", _positive,
-                                  doc="also how long a collective waits for the other replicas under torchrun")
-    startup_timeout_s: float = _opt(1800.0, "a number > 0 (the stall limit until every role has made progress)",
-                                    _positive, doc="covers building envs, Warp compiling its kernels cold and CUDA "
-                                                   "graph capture")
-    compile: Optional[bool] = _opt(None, "true, false or null", on_device=(True, False),
-                                   doc="the learners' updates compiled with torch.compile (CUDA graphs on CUDA)")
-    mps: str = _opt("auto", "one of auto, on, off", _one_of("auto", "on", "off"),
-                    doc="process mode on CUDA: a private MPS daemon lets the role processes run on the GPU at "
-                        "the same time (auto: when the driver's nvidia-cuda-mps-control is there; on: or stop)")
-    eval_max_share: float = _opt(0.05, "a number in (0, 1] (1: no bound)", lambda v: 0 < v <= 1,
-                                 doc="the largest share of the wall time evaluations may take: one starts only "
-                                     "if it and the final one, each as long as the longest so far, fit")
+    max_critic_loss: float | None = _opt(
+        None,
+        "a number > 0, or null (no bound)",
+        _positive,
+        doc="a critic loss above it stops the run as diverged (nan and inf "
+        "in any loss always do); the scale is the task's, so no default",
+    )
+    stall_timeout_s: float = _opt(
+        600.0,
+        "a number > 0 (a role waiting longer than this stops the run)",
+        _positive,
+        doc="also how long a collective waits for the other replicas under torchrun",
+    )
+    startup_timeout_s: float = _opt(
+        1800.0,
+        "a number > 0 (the stall limit until every role has made progress)",
+        _positive,
+        doc="covers building envs, Warp compiling its kernels cold and CUDA graph capture",
+    )
+    compile: bool | None = _opt(
+        None,
+        "true, false or null",
+        on_device=(True, False),
+        doc="the learners' updates compiled with torch.compile (CUDA graphs on CUDA)",
+    )
+    mps: str = _opt(
+        "auto",
+        "one of auto, on, off",
+        _one_of("auto", "on", "off"),
+        doc="process mode on CUDA: a private MPS daemon lets the role processes run on the GPU at "
+        "the same time (auto: when the driver's nvidia-cuda-mps-control is there; on: or stop)",
+    )
+    eval_max_share: float = _opt(
+        0.05,
+        "a number in (0, 1] (1: no bound)",
+        lambda v: 0 < v <= 1,
+        doc="the largest share of the wall time evaluations may take: one starts only "
+        "if it and the final one, each as long as the longest so far, fit",
+    )
     log_every_s: float = _opt(10.0, "a number > 0", _positive, doc="seconds between console lines and scalar logs")
-    torch_threads: Optional[int] = _opt(None, "an integer > 0 (null: cores shared out among the roles)", _positive,
-                                        doc="torch threads per role")
+    torch_threads: int | None = _opt(
+        None, "an integer > 0 (null: cores shared out among the roles)", _positive, doc="torch threads per role"
+    )
 
 
 @dataclass
 class WandbConfig:
     activate: bool = _opt(False, "true or false", doc="log to Weights & Biases")
     project: str = _opt("pql", "a project name", doc="the wandb project")
-    entity: Optional[str] = _opt(None, "a wandb entity or null")
-    mode: str = _opt("online", "one of online, offline", _one_of("online", "offline"),
-                     doc="offline works with no network (`wandb sync` later)")
-    group: Optional[str] = _opt(None, "a group name or null", doc="the wandb run group")
+    entity: str | None = _opt(None, "a wandb entity or null")
+    mode: str = _opt(
+        "online",
+        "one of online, offline",
+        _one_of("online", "offline"),
+        doc="offline works with no network (`wandb sync` later)",
+    )
+    group: str | None = _opt(None, "a group name or null", doc="the wandb run group")
 
 
 @dataclass
@@ -434,17 +592,22 @@ class Config:
     actor: ActorConfig = field(default_factory=ActorConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
-    checkpoint: Optional[str] = _opt(None, "a path to a checkpoint file or null",
-                                     doc="resume from it (with test=true: evaluate it)")
+    checkpoint: str | None = _opt(
+        None, "a path to a checkpoint file or null", doc="resume from it (with test=true: evaluate it)"
+    )
     test: bool = _opt(False, "true or false (true: evaluate `checkpoint` without training)")
-    run_dir: str = _opt(".", "a directory", doc="where the run writes logs and checkpoints; train.py sets it to "
-                                                "Hydra's run directory (`hydra.run.dir=…` chooses it)")
+    run_dir: str = _opt(
+        ".",
+        "a directory",
+        doc="where the run writes logs and checkpoints; train.py sets it to "
+        "Hydra's run directory (`hydra.run.dir=…` chooses it)",
+    )
 
 
 def _convert(key: str, value: Any, hint: Any, allowed: str) -> Any:
     """Coerce a YAML/CLI scalar to the annotated type, or raise ConfigError."""
     origin = typing.get_origin(hint)
-    if origin is typing.Union:
+    if origin in (typing.Union, types.UnionType):  # Optional[T] and T | None
         inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
         return None if value is None else _convert(key, value, inner, allowed)
     if hint is Any:
@@ -454,8 +617,12 @@ def _convert(key: str, value: Any, hint: Any, allowed: str) -> Any:
             return value
         raise ConfigError(key, value, allowed)
     if hint is int:
-        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                or value != int(value)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value != int(value)
+        ):
             raise ConfigError(key, value, allowed)
         return int(value)
     if hint is float:
@@ -515,31 +682,52 @@ def _cross_checks(cfg: Config) -> None:
         raise ConfigError("task.name", name, _task_names())
     # Isaac Gym allows one simulation per process, and the evaluation envs are one already.
     if name.startswith("isaacgym/") and cfg.runtime.mode != "process":
-        raise ConfigError("runtime.mode", cfg.runtime.mode, "process with an Isaac Gym task (one simulation per "
-                                                            "process: the training envs need a process of their own)")
+        raise ConfigError(
+            "runtime.mode",
+            cfg.runtime.mode,
+            "process with an Isaac Gym task (one simulation per "
+            "process: the training envs need a process of their own)",
+        )
     if name.startswith("isaacgym/") and cfg.algo.name == "ppo":
-        raise ConfigError("algo", "ppo", "pql, pql_d, sac or impala with an Isaac Gym task (PPO steps its training "
-                                         "and evaluation envs in one process; Isaac Gym allows one simulation per process)")
+        raise ConfigError(
+            "algo",
+            "ppo",
+            "pql, pql_d, sac or impala with an Isaac Gym task (PPO steps its training "
+            "and evaluation envs in one process; Isaac Gym allows one simulation per process)",
+        )
     algo = cfg.algo
     if isinstance(algo, PQLConfig) and algo.noise_std_max < algo.noise_std_min:
-        raise ConfigError("algo.noise_std_max", algo.noise_std_max, f"a number >= algo.noise_std_min ({algo.noise_std_min})")
+        raise ConfigError(
+            "algo.noise_std_max", algo.noise_std_max, f"a number >= algo.noise_std_min ({algo.noise_std_min})"
+        )
     if cfg.task.value_max <= cfg.task.value_min:
         raise ConfigError("task.value_max", cfg.task.value_max, f"a number > task.value_min ({cfg.task.value_min})")
     if isinstance(algo, PQLDConfig) and algo.v_max <= algo.v_min:
         raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
     if cfg.replay.rerank_every is not None and (cfg.replay.kind, cfg.replay.priority_mode) != ("prioritized", "rank"):
-        raise ConfigError("replay.rerank_every", cfg.replay.rerank_every,
-                          "null, or an integer >= 1 together with replay.kind=prioritized replay.priority_mode=rank")
+        raise ConfigError(
+            "replay.rerank_every",
+            cfg.replay.rerank_every,
+            "null, or an integer >= 1 together with replay.kind=prioritized replay.priority_mode=rank",
+        )
     if cfg.replay.actor_priorities and cfg.replay.kind != "prioritized":
         raise ConfigError("replay.actor_priorities", True, "false, or true together with replay.kind=prioritized")
     if isinstance(algo, ImpalaConfig) and algo.c_bar > algo.rho_bar:
-        raise ConfigError("algo.c_bar", algo.c_bar, f"a number <= algo.rho_bar ({algo.rho_bar}): IMPALA needs rho_bar >= c_bar")
+        raise ConfigError(
+            "algo.c_bar", algo.c_bar, f"a number <= algo.rho_bar ({algo.rho_bar}): IMPALA needs rho_bar >= c_bar"
+        )
     if isinstance(cfg.algo, OffPolicyConfig) and (cfg.algo.early_beta_av is None) != (cfg.algo.early_steps == 0):
         if cfg.algo.early_beta_av is None:
-            raise ConfigError("algo.early_steps", cfg.algo.early_steps, "0 without algo.early_beta_av (set it: the "
-                                                                        "critic updates per actor step meanwhile)")
-        raise ConfigError("algo.early_beta_av", cfg.algo.early_beta_av, "null with algo.early_steps=0 (set "
-                                                                        "algo.early_steps > 0: how long it applies)")
+            raise ConfigError(
+                "algo.early_steps",
+                cfg.algo.early_steps,
+                "0 without algo.early_beta_av (set it: the critic updates per actor step meanwhile)",
+            )
+        raise ConfigError(
+            "algo.early_beta_av",
+            cfg.algo.early_beta_av,
+            "null with algo.early_steps=0 (set algo.early_steps > 0: how long it applies)",
+        )
     if cfg.test and not cfg.checkpoint:
         raise ConfigError("test", True, "test=true together with checkpoint=PATH")
 
@@ -591,7 +779,7 @@ ROLE_DEVICE_KEYS = ("actor_device", "v_learner_device", "p_learner_device")
 
 
 def _resolve_device(value: str, key: str = "runtime.device") -> str:
-    """"auto", "cpu", "cuda" or "cuda:N" -> "cpu" or "cuda:N" of a device this machine has."""
+    """ "auto", "cpu", "cuda" or "cuda:N" -> "cpu" or "cuda:N" of a device this machine has."""
     import torch
 
     # device_count reads the GPUs through NVML where it can, without initialising CUDA: a process
@@ -603,11 +791,17 @@ def _resolve_device(value: str, key: str = "runtime.device") -> str:
         return value
     if not count:
         raise ConfigError(key, value, "cpu or auto: no CUDA device is available")
-    index = int(value[5:]) if value.startswith("cuda:") else (
-        torch.cuda.current_device() if torch.cuda.is_initialized() else 0)
+    index = (
+        int(value[5:])
+        if value.startswith("cuda:")
+        else (torch.cuda.current_device() if torch.cuda.is_initialized() else 0)
+    )
     if index >= count:
-        raise ConfigError(key, value, f"cpu, auto, cuda or cuda:<index> with index < {count} "
-                                      f"(this machine has {count} CUDA device(s))")
+        raise ConfigError(
+            key,
+            value,
+            f"cpu, auto, cuda or cuda:<index> with index < {count} (this machine has {count} CUDA device(s))",
+        )
     return f"cuda:{index}"
 
 
@@ -617,14 +811,22 @@ def _resolve_role_devices(cfg: Config, device: str) -> None:
     for key in ROLE_DEVICE_KEYS:
         value = getattr(runtime, key)
         if value is not None and not isinstance(cfg.algo, OffPolicyConfig):
-            raise ConfigError(f"runtime.{key}", value, f"null with algo={cfg.algo.name} (role placement is for "
-                                                       "pql, pql_d and sac; use runtime.device)")
+            raise ConfigError(
+                f"runtime.{key}",
+                value,
+                f"null with algo={cfg.algo.name} (role placement is for pql, pql_d and sac; use runtime.device)",
+            )
         setattr(runtime, key, device if value is None else _resolve_device(value, f"runtime.{key}"))
     placed = {getattr(runtime, key) for key in ROLE_DEVICE_KEYS}
     # One process makes one GPU current: Triton launches and streams would land on it for every role.
     if runtime.mode == "sequential" and len(placed) > 1:
-        raise ConfigError("runtime.mode", "sequential", "process when the roles are on different devices ("
-                          + ", ".join(f"runtime.{key}={getattr(runtime, key)}" for key in ROLE_DEVICE_KEYS) + ")")
+        raise ConfigError(
+            "runtime.mode",
+            "sequential",
+            "process when the roles are on different devices ("
+            + ", ".join(f"runtime.{key}={getattr(runtime, key)}" for key in ROLE_DEVICE_KEYS)
+            + ")",
+        )
 
 
 def _replica_device(cfg: Config, local_rank: int) -> str:
@@ -632,11 +834,17 @@ def _replica_device(cfg: Config, local_rank: int) -> str:
     runtime = cfg.runtime
     for key in ROLE_DEVICE_KEYS:
         if getattr(runtime, key) is not None:
-            raise ConfigError(f"runtime.{key}", getattr(runtime, key), "null under torchrun (each replica runs "
-                                                                       "on one device: cuda:<LOCAL_RANK> or cpu)")
+            raise ConfigError(
+                f"runtime.{key}",
+                getattr(runtime, key),
+                "null under torchrun (each replica runs on one device: cuda:<LOCAL_RANK> or cpu)",
+            )
     if runtime.device not in ("auto", "cuda", "cpu"):
-        raise ConfigError("runtime.device", runtime.device, "auto, cuda or cpu under torchrun (replica LOCAL_RANK "
-                                                            "takes cuda:<LOCAL_RANK>)")
+        raise ConfigError(
+            "runtime.device",
+            runtime.device,
+            "auto, cuda or cpu under torchrun (replica LOCAL_RANK takes cuda:<LOCAL_RANK>)",
+        )
     if _resolve_device(runtime.device) == "cpu":
         return "cpu"
     return _resolve_device(f"cuda:{local_rank}")
@@ -651,16 +859,25 @@ def _check_sizes(cfg: Config) -> None:
         # One actor step writes num_envs transitions; a learner samples batch_size of them.
         need = max(algo.batch_size, num_envs)
         if replay.capacity < need:
-            raise ConfigError("replay.capacity", replay.capacity,
-                              f"an integer >= {need:,}: at least algo.batch_size ({algo.batch_size:,}) and "
-                              f"task.num_envs ({num_envs:,}, the transitions one actor step writes)")
+            raise ConfigError(
+                "replay.capacity",
+                replay.capacity,
+                f"an integer >= {need:,}: at least algo.batch_size ({algo.batch_size:,}) and "
+                f"task.num_envs ({num_envs:,}, the transitions one actor step writes)",
+            )
         task = TASKS.get(cfg.task.name)
         if task is not None and algo.nstep > task.max_episode_steps:
-            raise ConfigError("algo.nstep", algo.nstep, f"an integer <= {task.max_episode_steps} (the longest "
-                                                        f"{cfg.task.name} episode)")
+            raise ConfigError(
+                "algo.nstep",
+                algo.nstep,
+                f"an integer <= {task.max_episode_steps} (the longest {cfg.task.name} episode)",
+            )
     if isinstance(algo, PPOConfig) and algo.minibatches > algo.horizon * num_envs:
-        raise ConfigError("algo.minibatches", algo.minibatches, f"at most algo.horizon * task.num_envs = "
-                                                                f"{algo.horizon * num_envs} (one sample per minibatch at least)")
+        raise ConfigError(
+            "algo.minibatches",
+            algo.minibatches,
+            f"at most algo.horizon * task.num_envs = {algo.horizon * num_envs} (one sample per minibatch at least)",
+        )
 
 
 def apply_device_defaults(cfg: Config, local_rank: int | None = None, replicas: int = 1, announce: bool = True):
@@ -694,20 +911,30 @@ def apply_device_defaults(cfg: Config, local_rank: int | None = None, replicas: 
     if not announce:
         return torch.device(device)
     if replay.rerank_every is not None and replay.capacity // replay.rerank_every > RERANK_WARN_ITEMS_PER_UPDATE:
-        print(f"pql: warning: replay.rerank_every={replay.rerank_every} re-sorts all {replay.capacity:,} items every "
-              f"{replay.rerank_every} critic updates ({replay.capacity // replay.rerank_every:,} items per update; one "
-              "sort of 2^20 items takes ~0.15 s on a 2-core CPU, docs/kernels.md); null re-sorts every "
-              "capacity / batch_size updates", flush=True)
+        print(
+            f"pql: warning: replay.rerank_every={replay.rerank_every} re-sorts all {replay.capacity:,} items every "
+            f"{replay.rerank_every} critic updates ({replay.capacity // replay.rerank_every:,} items per update; one "
+            "sort of 2^20 items takes ~0.15 s on a 2-core CPU, docs/kernels.md); null re-sorts every "
+            "capacity / batch_size updates",
+            flush=True,
+        )
     per_replica = " (num_envs, batch_size and replay per replica; env steps of all)"
-    print(f"pql {__version__}: task={cfg.task.name} algo={cfg.algo.name} device={device} num_envs={cfg.task.num_envs} "
-          f"mode={cfg.runtime.mode}" + (f" replicas={replicas}{per_replica}" if replicas > 1 else "")
-          + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
-          + (f" nstep={cfg.algo.nstep}" if hasattr(cfg.algo, "nstep") else "")
-          + f" replay={cfg.replay.kind}:{cfg.replay.capacity:,} max_env_steps={runtime.max_env_steps:,} "
-          f"eval_every={runtime.eval_every:,} checkpoint_every={runtime.checkpoint_every:,}"
-          + (f" compile={str(runtime.compile).lower()}" if on_gpu or runtime.compile else "")
-          + ("" if {getattr(runtime, k) for k in ROLE_DEVICE_KEYS} == {device} else " placement="
-             + ",".join(f"{k[:-len('_device')]}:{getattr(runtime, k)}" for k in ROLE_DEVICE_KEYS)), flush=True)
+    print(
+        f"pql {__version__}: task={cfg.task.name} algo={cfg.algo.name} device={device} num_envs={cfg.task.num_envs} "
+        f"mode={cfg.runtime.mode}"
+        + (f" replicas={replicas}{per_replica}" if replicas > 1 else "")
+        + (f" batch_size={cfg.algo.batch_size}" if hasattr(cfg.algo, "batch_size") else "")
+        + (f" nstep={cfg.algo.nstep}" if hasattr(cfg.algo, "nstep") else "")
+        + f" replay={cfg.replay.kind}:{cfg.replay.capacity:,} max_env_steps={runtime.max_env_steps:,} "
+        f"eval_every={runtime.eval_every:,} checkpoint_every={runtime.checkpoint_every:,}"
+        + (f" compile={str(runtime.compile).lower()}" if on_gpu or runtime.compile else "")
+        + (
+            ""
+            if {getattr(runtime, k) for k in ROLE_DEVICE_KEYS} == {device}
+            else " placement=" + ",".join(f"{k[: -len('_device')]}:{getattr(runtime, k)}" for k in ROLE_DEVICE_KEYS)
+        ),
+        flush=True,
+    )
     return torch.device(device)
 
 
@@ -766,20 +993,36 @@ def _algo_reference() -> list[str]:
     the nearest class already shown (all its keys if none is)."""
     default = Config().algo
     name = next(f for f in dataclasses.fields(default) if f.name == "name")
-    blocks = [f"**algo**: {name.metadata['doc']} (`algo.name`, default `{default.name}`): {_allowed(name)}. "
-              "Each has its own keys."]
+    blocks = [
+        f"**algo**: {name.metadata['doc']} (`algo.name`, default `{default.name}`): {_allowed(name)}. "
+        "Each has its own keys."
+    ]
     name_of = {algorithm.config: algo_name for algo_name, algorithm in ALGORITHMS.items()}
     off_policy = [n for cls, n in name_of.items() if issubclass(cls, OffPolicyConfig)]
     tables = [(f"*{', '.join(off_policy[:-1])} and {off_policy[-1]} share*", OffPolicyConfig, None)]
     for cls, algo_name in name_of.items():
         base = next((c for c in cls.__mro__[1:] if c is OffPolicyConfig or c in name_of), None)
-        title = (f"*{algo_name}*" if base is None else f"*{algo_name} adds*" if base is OffPolicyConfig
-                 else f"*{algo_name} adds to {name_of[base]}'s*")
+        title = (
+            f"*{algo_name}*"
+            if base is None
+            else f"*{algo_name} adds*"
+            if base is OffPolicyConfig
+            else f"*{algo_name} adds to {name_of[base]}'s*"
+        )
         tables.append((title, cls, base))
     for title, cls, base in tables:
         shown = {"name"} | ({f.name for f in dataclasses.fields(base)} if base else set())
-        blocks.append(_table(title, [row for f in dataclasses.fields(cls) if f.name not in shown
-                                     for row in _rows(f"algo.{f.name}", f, _default(f))]))
+        blocks.append(
+            _table(
+                title,
+                [
+                    row
+                    for f in dataclasses.fields(cls)
+                    if f.name not in shown
+                    for row in _rows(f"algo.{f.name}", f, _default(f))
+                ],
+            )
+        )
     return blocks
 
 

@@ -1,4 +1,5 @@
 """The bridge from pql's config and normalised action box to a task's batched env."""
+
 from __future__ import annotations
 
 import torch

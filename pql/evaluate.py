@@ -1,4 +1,5 @@
 """Deterministic evaluation on envs separate from the training envs."""
+
 from __future__ import annotations
 
 import contextlib

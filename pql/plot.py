@@ -12,6 +12,7 @@ With `--mean-seeds`, runs whose overrides differ only in `runtime.seed` are draw
 the mean over the seeds with a band of ± its standard error, at the env steps of the run whose
 evaluations end first (the others interpolated there).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,9 @@ def find_runs(paths: list[str]) -> list[tuple[str, bool]]:
         if os.path.isfile(os.path.join(path, METRICS_CSV)):
             runs.append((path, False))
             continue
-        numbered = sorted((d for d in os.listdir(path)
-                           if d.isdigit() and os.path.isfile(os.path.join(path, d, METRICS_CSV))), key=int)
+        numbered = sorted(
+            (d for d in os.listdir(path) if d.isdigit() and os.path.isfile(os.path.join(path, d, METRICS_CSV))), key=int
+        )
         if not numbered:
             raise PlotError(f"{path} has no {METRICS_CSV}, and no numbered run directories (a Hydra multirun) with one")
         runs += [(os.path.join(path, d), True) for d in numbered]
@@ -119,12 +121,15 @@ def labels_and_title(run_dirs: list[str], seeds: dict[str, int] | None = None) -
         overrides = [{k: v for k, v in o.items() if k != SEED} for o in overrides]
     keys = list(dict.fromkeys(k for o in overrides for k in o))
     differing = {k for k in keys if len({o.get(k) for o in overrides}) > 1}
-    labels = [", ".join(o[k] for k in keys if k in differing and k in o) or _name(d)
-              for d, o in zip(run_dirs, overrides)]
+    labels = [
+        ", ".join(o[k] for k in keys if k in differing and k in o) or _name(d) for d, o in zip(run_dirs, overrides)
+    ]
     # Runs with the same overrides (a repeated launch) still need telling apart.
     labels = [f"{label} ({_name(d)})" if labels.count(label) > 1 else label for label, d in zip(labels, run_dirs)]
     if seeds is not None:
-        labels = [label + MEAN_OF_SEEDS.format(seeds[d]) if seeds[d] > 1 else label for label, d in zip(labels, run_dirs)]
+        labels = [
+            label + MEAN_OF_SEEDS.format(seeds[d]) if seeds[d] > 1 else label for label, d in zip(labels, run_dirs)
+        ]
     shared = [overrides[0][k] for k in keys if k not in differing]
     return labels, ", ".join(shared) or None
 
@@ -149,7 +154,7 @@ def _read_overrides(run_dir: str) -> dict[str, str]:
     with open(path) as f:
         items = yaml.safe_load(f) or []
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-        raise PlotError(f"{path} is not a list of overrides like [\"task=Ant\", \"algo.beta_pv=2\"]")
+        raise PlotError(f'{path} is not a list of overrides like ["task=Ant", "algo.beta_pv=2"]')
     return {i.split("=", 1)[0]: i for i in items}
 
 
@@ -157,8 +162,9 @@ def _name(run_dir: str) -> str:
     return os.path.basename(os.path.normpath(run_dir))
 
 
-def task_panels(curves: list[tuple[str, dict]], tasks: list[str | None],
-                seeds: dict[str, int] | None = None) -> list[tuple[str, list]]:
+def task_panels(
+    curves: list[tuple[str, dict]], tasks: list[str | None], seeds: dict[str, int] | None = None
+) -> list[tuple[str, list]]:
     """(task, [(label, metrics)]) in the order the tasks first appear; a task's only run is
     unlabelled, several are labelled as `labels_and_title` labels them among themselves."""
     panels = []
@@ -173,17 +179,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pql.plot", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories or Hydra multirun directories")
     parser.add_argument("--key", default=EVAL_RETURN, help=f"the logged scalar to plot (default {EVAL_RETURN})")
-    parser.add_argument("--out", help="PNG to write (default: compare_<key>.png in RUN_DIR if one was given, "
-                                      "else in the current directory)")
-    parser.add_argument("--x", choices=("env_steps", "wall_time"), default="env_steps",
-                        help="x axis of the per-task panels drawn for runs of several tasks (default env_steps); "
-                             "runs of one task are always drawn against both")
-    parser.add_argument("--mean-seeds", action="store_true",
-                        help=f"draw runs that differ only in {SEED} as one curve: their mean, with a band of ± its "
-                             "standard error")
+    parser.add_argument(
+        "--out",
+        help="PNG to write (default: compare_<key>.png in RUN_DIR if one was given, else in the current directory)",
+    )
+    parser.add_argument(
+        "--x",
+        choices=("env_steps", "wall_time"),
+        default="env_steps",
+        help="x axis of the per-task panels drawn for runs of several tasks (default env_steps); "
+        "runs of one task are always drawn against both",
+    )
+    parser.add_argument(
+        "--mean-seeds",
+        action="store_true",
+        help=f"draw runs that differ only in {SEED} as one curve: their mean, with a band of ± its standard error",
+    )
     args = parser.parse_args(argv)
-    out = args.out or os.path.join(args.run_dirs[0] if len(args.run_dirs) == 1 else ".",
-                                   f"compare_{args.key.replace('/', '_')}.png")
+    out = args.out or os.path.join(
+        args.run_dirs[0] if len(args.run_dirs) == 1 else ".", f"compare_{args.key.replace('/', '_')}.png"
+    )
     try:
         curves = load_curves(find_runs(args.run_dirs), args.key)
         seeds = None
@@ -192,8 +207,12 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         tasks = [task_of(d) for d, _ in curves]
         if len(set(tasks)) > 1:
-            plot_task_panels(task_panels(curves, tasks, seeds), args.key, out,
-                             "wall_time_s" if args.x == "wall_time" else "env_steps")
+            plot_task_panels(
+                task_panels(curves, tasks, seeds),
+                args.key,
+                out,
+                "wall_time_s" if args.x == "wall_time" else "env_steps",
+            )
         else:
             labels, title = labels_and_title([d for d, _ in curves], seeds)
             plot_curves([(label, m) for label, (_, m) in zip(labels, curves)], args.key, out, title=title)

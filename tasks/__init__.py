@@ -2,6 +2,7 @@
 
 See tasks/base.py for the protocol every env follows and docs/tasks.md for the backends.
 """
+
 from __future__ import annotations
 
 from .base import BatchedEnv, TaskError, check_num_envs, resolve_device
@@ -24,10 +25,12 @@ def make(name: str, num_envs: int, device="cpu", seed: int = 0, backend: str = "
     if isinstance(name, str) and name.startswith(ISAACGYM_PREFIX):
         from .isaacgym import make_isaacgym_env
 
-        return make_isaacgym_env(name[len(ISAACGYM_PREFIX):], num_envs, device, seed)
+        return make_isaacgym_env(name[len(ISAACGYM_PREFIX) :], num_envs, device, seed)
     if name not in TASKS:
-        raise TaskError(f"unknown task {name!r}; known tasks: {', '.join(TASK_NAMES)}, "
-                        f"or {ISAACGYM_PREFIX}<Task> with Isaac Gym installed")
+        raise TaskError(
+            f"unknown task {name!r}; known tasks: {', '.join(TASK_NAMES)}, "
+            f"or {ISAACGYM_PREFIX}<Task> with Isaac Gym installed"
+        )
     chosen = resolve_backend(backend, device)
     if backend == "auto":
         print(f"tasks: {name} x{num_envs} on {device} with backend '{chosen}' (auto)")

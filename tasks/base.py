@@ -15,6 +15,7 @@ float32 each, of the step that just ended: the reward terms (signed addends of t
 "reward_forward", "reward_ctrl"), the positions and velocities ("x_position", "x_velocity", ...),
 as docs/tasks.md lists per task.
 """
+
 from __future__ import annotations
 
 import abc
@@ -34,7 +35,7 @@ class BatchedEnv(abc.ABC):
     obs_dim: int
     act_dim: int
     max_episode_steps: int
-    action_low: torch.Tensor   # [act_dim] float32, device
+    action_low: torch.Tensor  # [act_dim] float32, device
     action_high: torch.Tensor  # [act_dim] float32, device
 
     @abc.abstractmethod
@@ -50,7 +51,7 @@ class BatchedEnv(abc.ABC):
         truncated [N] bool, info {"final_obs": [N, obs_dim] float32, and a task's own entries}.
         """
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a task without a simulator to release keeps this one)
         """Release the simulator; the env cannot be used afterwards."""
 
 

@@ -29,6 +29,7 @@ Isaac Gym Preview 4 supports Python 3.6-3.8 and pql needs Python >= 3.10, so thi
 run in one environment today; tests/test_isaacgym_adapter.py runs it against a fake VecTask
 that reproduces the behaviour above.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,9 +42,11 @@ from .base import ActionCheck, BatchedEnv, TaskError
 # compute_observations(); compute_reward()` (read in IsaacGymEnvs 1.5.1).
 SUPPORTED_TASKS = ("Ant", "Anymal", "Cartpole", "FrankaCabinet", "FrankaCubeStack", "Humanoid")
 
-INSTALL_HINT = ("Isaac Gym is not installed (Isaac Gym Preview 4 from NVIDIA: `pip install -e isaacgym/python`, "
-                "then `pip install -e` a clone of IsaacGymEnvs); note that Isaac Gym Preview 4 supports "
-                "Python 3.6-3.8 only and pql needs Python >= 3.10")
+INSTALL_HINT = (
+    "Isaac Gym is not installed (Isaac Gym Preview 4 from NVIDIA: `pip install -e isaacgym/python`, "
+    "then `pip install -e` a clone of IsaacGymEnvs); note that Isaac Gym Preview 4 supports "
+    "Python 3.6-3.8 only and pql needs Python >= 3.10"
+)
 
 # IsaacGymEnvs gives every VecTask of a process one simulation (vec_task.py: _create_sim_once),
 # so a second task would add envs to a simulation that is already running.
@@ -112,26 +115,45 @@ def make_isaacgym_env(task: str, num_envs: int, device: torch.device, seed: int)
     """
     global _task_in_this_process
     if task not in SUPPORTED_TASKS:
-        raise TaskError(f"task isaacgym/{task} is not supported; supported: "
-                        f"{', '.join('isaacgym/' + t for t in SUPPORTED_TASKS)} (see tasks/isaacgym.py)")
+        raise TaskError(
+            f"task isaacgym/{task} is not supported; supported: "
+            f"{', '.join('isaacgym/' + t for t in SUPPORTED_TASKS)} (see tasks/isaacgym.py)"
+        )
     if _task_in_this_process is not None:
-        raise TaskError(f"task isaacgym/{task}: this process already simulates isaacgym/{_task_in_this_process} "
-                        "and Isaac Gym runs one simulation per process; training and evaluation envs need "
-                        "processes of their own: runtime.mode=process with algo pql, pql_d, sac or impala")
+        raise TaskError(
+            f"task isaacgym/{task}: this process already simulates isaacgym/{_task_in_this_process} "
+            "and Isaac Gym runs one simulation per process; training and evaluation envs need "
+            "processes of their own: runtime.mode=process with algo pql, pql_d, sac or impala"
+        )
     try:
         import isaacgym  # noqa: F401  (train.py imported it before torch; this finds it loaded)
         import isaacgymenvs
     except ImportError as err:
-        missing = (isinstance(err, ModuleNotFoundError)
-                   and (err.name or "").split(".")[0] in ("isaacgym", "isaacgymenvs"))
-        why = INSTALL_HINT if missing else (
-            f"importing Isaac Gym failed: {' '.join(str(err).split())} (Isaac Gym must be imported before "
-            "torch: train.py does so for task=isaacgym/<Task>, a script of your own must do the same)")
+        missing = isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] in (
+            "isaacgym",
+            "isaacgymenvs",
+        )
+        why = (
+            INSTALL_HINT
+            if missing
+            else (
+                f"importing Isaac Gym failed: {' '.join(str(err).split())} (Isaac Gym must be imported before "
+                "torch: train.py does so for task=isaacgym/<Task>, a script of your own must do the same)"
+            )
+        )
         raise TaskError(f"task isaacgym/{task}: {why}") from None
     config_dir = os.path.join(os.path.dirname(isaacgymenvs.__file__), "cfg")
     cfg = isaacgymenvs_config(config_dir, task, num_envs, device, seed)
-    vec_task = isaacgymenvs.make(seed=seed, task=task, num_envs=num_envs, sim_device=str(device),
-                                 rl_device=str(device), graphics_device_id=device.index or 0, headless=True, cfg=cfg)
+    vec_task = isaacgymenvs.make(
+        seed=seed,
+        task=task,
+        num_envs=num_envs,
+        sim_device=str(device),
+        rl_device=str(device),
+        graphics_device_id=device.index or 0,
+        headless=True,
+        cfg=cfg,
+    )
     _task_in_this_process = task
     return IsaacGymEnv(vec_task)
 
@@ -146,8 +168,15 @@ def isaacgymenvs_config(config_dir: str, task: str, num_envs: int, device: torch
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    overrides = [f"task={task}", f"num_envs={num_envs}", f"seed={seed}", f"sim_device={device}",
-                 f"rl_device={device}", f"pipeline={'gpu' if device.type == 'cuda' else 'cpu'}", "headless=True"]
+    overrides = [
+        f"task={task}",
+        f"num_envs={num_envs}",
+        f"seed={seed}",
+        f"sim_device={device}",
+        f"rl_device={device}",
+        f"pipeline={'gpu' if device.type == 'cuda' else 'cpu'}",
+        "headless=True",
+    ]
     app = GlobalHydra.instance().hydra
     GlobalHydra.instance().clear()
     try:

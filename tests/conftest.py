@@ -1,5 +1,6 @@
 """Shared test helpers: compose a validated config the way train.py does; run train.py and
 watch its processes."""
+
 import contextlib
 import os
 import re
@@ -43,9 +44,15 @@ def running(cmd: list[str]):
     SIGINT is reset to its default in the child: a test suite started in the background by a
     shell without job control inherits SIGINT ignored, and train.py, as any program should,
     leaves an ignored SIGINT ignored, so a Ctrl-C test would wait forever."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         yield proc
     finally:

@@ -8,12 +8,13 @@
 its env-step budget and saves every rank's full training state (`runner.checkpoint()`) as
 OUT/rank<r>.pt, which train.py would write for rank 0 only.
 """
+
 import os
 import sys
 
 import torch
-
 from conftest import compose_config
+
 from pql.config import ALGORITHMS, apply_device_defaults
 from pql.envs import build_env
 from pql.nets import ObsNormalizer
@@ -49,8 +50,9 @@ def collectives(replicas: Replicas) -> dict:
     """Each rank's own data, and what the collectives made of it."""
     group = role_group(replicas, "probe", torch.device("cpu"), TIMEOUT_S)
     g = torch.Generator().manual_seed(replicas.rank)
-    batches = [torch.randn(5 + 3 * replicas.rank, 4, generator=g) * (1 + replicas.rank) + replicas.rank
-               for _ in range(3)]
+    batches = [
+        torch.randn(5 + 3 * replicas.rank, 4, generator=g) * (1 + replicas.rank) + replicas.rank for _ in range(3)
+    ]
     normalizer = ObsNormalizer(4)
     for obs in batches:
         group.update_normalizer(normalizer, obs)
@@ -60,9 +62,15 @@ def collectives(replicas: Replicas) -> dict:
     x = torch.randn(7, 4, generator=g)
     net(x).pow(2).sum().backward()
     group.average_gradients(net.parameters())
-    return {"batches": batches, "normalizer": normalizer.state_dict(), "start": start, "x": x,
-            "grads": [p.grad for p in net.parameters()], "any_rank1": group.any(replicas.rank == 1),
-            "any_none": group.any(False)}
+    return {
+        "batches": batches,
+        "normalizer": normalizer.state_dict(),
+        "start": start,
+        "x": x,
+        "grads": [p.grad for p in net.parameters()],
+        "any_rank1": group.any(replicas.rank == 1),
+        "any_none": group.any(False),
+    }
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """bench/learner.py's together run is measured over its steady state, never over the learners'
 compilation (on an H100 with cold caches a 30-s window read 15% of the bound, docs/gpu.md), and
 records the together run's runtime.mps."""
+
 import csv
 import os
 import subprocess
@@ -18,8 +19,14 @@ NUM_ENVS = 4096
 
 def row(t: float, env: float, critic: float, policy: float) -> dict:
     # The run's cumulative ratio columns, far from the targets after a long start, must not be used.
-    return {"wall_time_s": str(t), learner.ENV_RATE: str(env), learner.CRITIC_RATE: str(critic),
-            learner.POLICY_RATE: str(policy), "ratio/beta_av": "2.7", "ratio/beta_pv": "0.57"}
+    return {
+        "wall_time_s": str(t),
+        learner.ENV_RATE: str(env),
+        learner.CRITIC_RATE: str(critic),
+        learner.POLICY_RATE: str(policy),
+        "ratio/beta_av": "2.7",
+        "ratio/beta_pv": "0.57",
+    }
 
 
 def test_the_rates_and_ratios_come_from_the_intervals_after_both_learners_started():
@@ -33,35 +40,68 @@ def test_the_rates_and_ratios_come_from_the_intervals_after_both_learners_starte
 
 
 def test_rows_without_a_timing_are_left_out():
-    rows = [row(2, 100, 1, 1)] + [{"wall_time_s": "3", learner.ENV_RATE: ""}] + [row(t, 4096, 16, 8) for t in (4, 6, 8, 10)]
+    rows = (
+        [row(2, 100, 1, 1)]
+        + [{"wall_time_s": "3", learner.ENV_RATE: ""}]
+        + [row(t, 4096, 16, 8) for t in (4, 6, 8, 10)]
+    )
     assert learner.steady_rates(rows, NUM_ENVS, 10)["ratio/beta_av"] == pytest.approx(16)
 
 
-@pytest.mark.parametrize("rows, says", [
-    ([row(t, 90_000, 0, 0) for t in (2, 4, 6, 8)], "the learners never updated"),
-    ([row(2, 90_000, 0, 0)] + [row(t, 4096, 16, 8) for t in (4, 6, 8, 10)], "from 4 s on; 2 steady"),
-])
+@pytest.mark.parametrize(
+    "rows, says",
+    [
+        ([row(t, 90_000, 0, 0) for t in (2, 4, 6, 8)], "the learners never updated"),
+        ([row(2, 90_000, 0, 0)] + [row(t, 4096, 16, 8) for t in (4, 6, 8, 10)], "from 4 s on; 2 steady"),
+    ],
+)
 def test_a_run_too_short_for_a_steady_state_asks_for_more_seconds(rows, says):
     with pytest.raises(RuntimeError, match=f"no steady state in 30 s .*{says}.*--together-seconds"):
         learner.steady_rates(rows, NUM_ENVS, 30)
 
 
 def test_the_together_runs_line_about_mps_is_found():
-    output = ("pql 0.2.0: task=Ant algo=pql device=cuda:0 ...\n"
-              "pql: MPS: a daemon of this run's own (/tmp/pql-mps-x/pipe) lets the roles share the GPU; it stops "
-              "with the run\nstep 1 ...\n")
+    output = (
+        "pql 0.2.0: task=Ant algo=pql device=cuda:0 ...\n"
+        "pql: MPS: a daemon of this run's own (/tmp/pql-mps-x/pipe) lets the roles share the GPU; it stops "
+        "with the run\nstep 1 ...\n"
+    )
     assert learner.mps_line(output).startswith("pql: MPS: a daemon of this run's own")
     assert learner.mps_line("pql 0.2.0: task=Ant algo=pql device=cpu\n") is None
 
 
 def test_the_csv_records_the_together_runs_mps_mode(tmp_path):
     path = tmp_path / "learner.csv"
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "learner.py"), "--device", "cpu", "--num-envs",
-                           "4", "--batch-size", "16", "--seconds", "0.1", "--together-seconds", "0", "--mps", "off",
-                           "--csv", str(path)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "learner.py"),
+            "--device",
+            "cpu",
+            "--num-envs",
+            "4",
+            "--batch-size",
+            "16",
+            "--seconds",
+            "0.1",
+            "--together-seconds",
+            "0",
+            "--mps",
+            "off",
+            "--csv",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [r["quantity"] for r in rows] == ["critic_updates_per_s_alone", "policy_updates_per_s_alone",
-                                             "actor_env_steps_per_s_alone", "bound_env_steps_per_s"]
+    assert [r["quantity"] for r in rows] == [
+        "critic_updates_per_s_alone",
+        "policy_updates_per_s_alone",
+        "actor_env_steps_per_s_alone",
+        "bound_env_steps_per_s",
+    ]
     assert {r["mps"] for r in rows} == {"off"}

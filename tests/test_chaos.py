@@ -2,6 +2,7 @@
 or SIGTERM of the run, each followed by a resume from the latest checkpoint; a last resume then
 trains until it solves InvertedPendulum (each resume starts with an empty replay, so the
 interrupted launches leave it anywhere between a fresh and a solved policy)."""
+
 import csv
 import os
 import random
@@ -11,16 +12,26 @@ import sys
 import time
 
 import pytest
-
 from conftest import alive, running, started_roles
+
 from pql.checkpoint import load_checkpoint
 
 CYCLES = 6
-RUN = ["task=InvertedPendulum", "runtime.mode=process", "runtime.max_env_steps=30000", "runtime.checkpoint_every=1000",
-       "runtime.eval_every=10000", "runtime.log_every_s=1"]
+RUN = [
+    "task=InvertedPendulum",
+    "runtime.mode=process",
+    "runtime.max_env_steps=30000",
+    "runtime.checkpoint_every=1000",
+    "runtime.eval_every=10000",
+    "runtime.log_every_s=1",
+]
 # The last launch: on to 900 (of 1000) or to 200k env steps, as the learning tests allow.
-LAST = ["runtime.max_env_steps=200000", "runtime.stop_at_return=900", "runtime.max_time_s=240",
-        "runtime.eval_max_share=1"]  # evaluated every eval_every env steps, as the learning tests are
+LAST = [
+    "runtime.max_env_steps=200000",
+    "runtime.stop_at_return=900",
+    "runtime.max_time_s=240",
+    "runtime.eval_max_share=1",
+]  # evaluated every eval_every env steps, as the learning tests are
 
 
 def metric_rows(run_dir) -> list[dict]:
@@ -39,8 +50,9 @@ def launch(run_dir, rng: random.Random, stop: bool) -> tuple[str, int, str, list
     """One launch, resumed from run_dir's checkpoint if there is one; stop=True ends it at a
     random moment after its first checkpoint. -> (how it was stopped, exit code, stdout+stderr, pids)."""
     path = run_dir / "checkpoint.pt"
-    cmd = [sys.executable, "train.py", *RUN, *([] if stop else LAST), f"hydra.run.dir={run_dir}"] + \
-        ([f"checkpoint={path}"] if path.exists() else [])
+    cmd = [sys.executable, "train.py", *RUN, *([] if stop else LAST), f"hydra.run.dir={run_dir}"] + (
+        [f"checkpoint={path}"] if path.exists() else []
+    )
     start_mtime = path.stat().st_mtime if path.exists() else 0.0
     with running(cmd) as proc:
         pids = {}
@@ -89,12 +101,15 @@ def test_runs_survive_kills_and_resumes(tmp_path):
         last_counters = counters
         rows = metric_rows(run_dir)
         # The rows up to the resumed checkpoint stay (a key first logged later adds an empty cell).
-        assert [{k: r[k] for k in b} for r, b in zip(rows, before)] == before and len(rows) >= len(before), \
+        assert [{k: r[k] for k in b} for r, b in zip(rows, before)] == before and len(rows) >= len(before), (
             f"cycle {cycle}: rows up to the resumed checkpoint changed"
+        )
         steps = steps_of(rows)
         assert steps == sorted(steps), f"cycle {cycle}: metrics.csv logs some env steps twice: {steps}"
     done = re.search(r"pql: done: ([\d,]+) env steps .* eval return ([-\d.]+)", output)
     assert done, output[-3000:]
-    print(f"chaos: {CYCLES} cycles survived: {kills} role SIGKILLs, {terms} SIGTERMs, {resumes} resumes; "
-          f"the last launch ended at {done.group(1)} env steps, eval return {float(done.group(2)):.1f}")
+    print(
+        f"chaos: {CYCLES} cycles survived: {kills} role SIGKILLs, {terms} SIGTERMs, {resumes} resumes; "
+        f"the last launch ended at {done.group(1)} env steps, eval return {float(done.group(2)):.1f}"
+    )
     assert float(done.group(2)) >= 900, output[-3000:]

@@ -1,4 +1,5 @@
 """Atomic checkpoints, clear load errors, and RNG state round trips, on real files."""
+
 import os
 import random
 import signal
@@ -7,12 +8,22 @@ import numpy as np
 import pytest
 import torch
 
-from pql.checkpoint import (CheckpointError, CheckpointWriteError, load_checkpoint, rng_state, save_checkpoint,
-                            set_rng_state)
+from pql.checkpoint import (
+    CheckpointError,
+    CheckpointWriteError,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 
 
 def _state(value: float) -> dict:
-    return {"critic": {"w": torch.full((3, 2), value)}, "env_steps": 1000, "config": {"task": "Ant", "hidden": (256, 256)}}
+    return {
+        "critic": {"w": torch.full((3, 2), value)},
+        "env_steps": 1000,
+        "config": {"task": "Ant", "hidden": (256, 256)},
+    }
 
 
 def test_module_and_optimizer_state_dicts_round_trip(tmp_path):

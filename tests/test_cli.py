@@ -1,5 +1,6 @@
 """First contact with train.py: pql's own --help, and a run directory that cannot be made is a
 config error (one line, exit code 2) found before Hydra tries."""
+
 import os
 import subprocess
 import sys
@@ -34,14 +35,19 @@ def test_an_unwritable_run_directory_is_one_line_and_exit_2():
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("pql: config error: hydra.run.dir='/proc/pql-run' is not allowed; expected a "
-                               "directory this user can create and write (/proc: "), lines[0]
+    assert lines[0].startswith(
+        "pql: config error: hydra.run.dir='/proc/pql-run' is not allowed; expected a "
+        "directory this user can create and write (/proc: "
+    ), lines[0]
 
 
 def test_a_file_in_the_way_of_the_sweep_directory(tmp_path):
     (tmp_path / "taken").write_text("")
-    with pytest.raises(ConfigError, match=r"hydra.sweep.dir=.*taken/sweep' is not allowed; expected a directory "
-                                          r"\(.*taken is a file\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"hydra.sweep.dir=.*taken/sweep' is not allowed; expected a directory "
+        r"\(.*taken is a file\)",
+    ):
         preflight(["-m", "runtime.seed=0,1", f"hydra.sweep.dir={tmp_path / 'taken' / 'sweep'}"], CFG_DIR)
 
 
@@ -50,8 +56,10 @@ def test_every_job_of_a_sweep_is_checked_before_the_first_runs(tmp_path):
         preflight(["-m", "algo=pql,sac", "algo.gamma=0.9,1.5", f"hydra.sweep.dir={tmp_path}/s"], CFG_DIR)
     with pytest.raises(ConfigError, match=r"algo.gamma='interval\(0.9,0.99\)' is not allowed; expected a list"):
         preflight(["-m", "algo.gamma=interval(0.9,0.99)"], CFG_DIR)
-    preflight(["-m", "algo=pql,sac", "algo.gamma=0.9,0.99", "runtime.seed=range(0,3)",
-               f"hydra.sweep.dir={tmp_path}/s"], CFG_DIR)
+    preflight(
+        ["-m", "algo=pql,sac", "algo.gamma=0.9,0.99", "runtime.seed=range(0,3)", f"hydra.sweep.dir={tmp_path}/s"],
+        CFG_DIR,
+    )
     assert not os.path.exists(tmp_path / "s")
 
 

@@ -1,5 +1,6 @@
 """Every bad config gives one line naming key, value and what is allowed, and exit code 2; the
 composed defaults are the dataclasses' defaults."""
+
 import dataclasses
 import json
 import os
@@ -13,8 +14,20 @@ from omegaconf import OmegaConf
 
 from pql.checkpoint import CheckpointError
 from pql.cli import preflight
-from pql.config import (ALGORITHMS, Config, ConfigError, ImpalaConfig, OffPolicyConfig, PPOConfig, PQLConfig,
-                        PQLDConfig, SACConfig, TaskConfig, load_config, register_configs)
+from pql.config import (
+    ALGORITHMS,
+    Config,
+    ConfigError,
+    ImpalaConfig,
+    OffPolicyConfig,
+    PPOConfig,
+    PQLConfig,
+    PQLDConfig,
+    SACConfig,
+    TaskConfig,
+    load_config,
+    register_configs,
+)
 from tasks import TASK_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,37 +101,55 @@ def test_bad_impala_truncation_levels():
         load_config(composed(["algo=impala", "algo.rho_bar=0.5", "algo.c_bar=1.0"]))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["algo.early_steps=300"], "algo.early_steps=300 is not allowed; expected 0 without algo.early_beta_av"),
-    (["algo=sac", "algo.early_beta_av=64"], "algo.early_beta_av=64 is not allowed; expected null with algo.early_steps=0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algo.early_steps=300"], "algo.early_steps=300 is not allowed; expected 0 without algo.early_beta_av"),
+        (
+            ["algo=sac", "algo.early_beta_av=64"],
+            "algo.early_beta_av=64 is not allowed; expected null with algo.early_steps=0",
+        ),
+    ],
+)
 def test_early_ratio_keys_come_together(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(composed(overrides))
-    assert load_config(composed(overrides[:-1] + ["algo.early_beta_av=64", "algo.early_steps=300"])).algo.early_steps == 300
+    assert (
+        load_config(composed(overrides[:-1] + ["algo.early_beta_av=64", "algo.early_steps=300"])).algo.early_steps
+        == 300
+    )
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["algo.gamma=2"], "algo.gamma=2"),
-    (["algo.gama=0.9"], "algo.gama"),
-    (["task=Walker"], "task='Walker'"),
-    (["algo=foo"], "algo='foo' is not allowed; expected one of impala, ppo, pql, pql_d, sac"),
-    (["algo=sac", "algo.exploration=ape_x"], "algo.exploration='ape_x' is not allowed; expected an existing key "
-                                             "with algo=sac"),
-    (["runtime.policy_sync_every=2"], "runtime.policy_sync_every='2' is not allowed; expected an existing key"),
-    (["checkpoint=/nonexistent/checkpoint.pt"], "checkpoint not found: /nonexistent/checkpoint.pt"),
-    (["algo.beta_av=nan"], "algo.beta_av=nan is not allowed; expected an integer >= 1"),
-    (["runtime.max_time_s=inf"], "runtime.max_time_s=inf is not allowed"),
-    (["replay.capacity=10", "task.num_envs=64", "algo.batch_size=256"],
-     "replay.capacity=10 is not allowed; expected an integer >= 256: at least algo.batch_size (256) and "
-     "task.num_envs (64"),
-    (["algo=ppo", "algo.minibatches=100000"], "algo.minibatches=100000 is not allowed; expected at most "
-                                              "algo.horizon * task.num_envs = 4096"),
-    (["algo.nstep=2000"], "algo.nstep=2000 is not allowed; expected an integer <= 1000 (the longest Ant episode)"),
-    (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected a number in (0, 1]"),
-    (["algo.beta_pv=1,2"], "algo.beta_pv='1,2' is not allowed; expected one value (add -m to sweep"),
-    (["algo.gamma=[0.9"], "algo.gamma='[0.9' is not allowed; expected a value in Hydra's override grammar"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["algo.gamma=2"], "algo.gamma=2"),
+        (["algo.gama=0.9"], "algo.gama"),
+        (["task=Walker"], "task='Walker'"),
+        (["algo=foo"], "algo='foo' is not allowed; expected one of impala, ppo, pql, pql_d, sac"),
+        (
+            ["algo=sac", "algo.exploration=ape_x"],
+            "algo.exploration='ape_x' is not allowed; expected an existing key with algo=sac",
+        ),
+        (["runtime.policy_sync_every=2"], "runtime.policy_sync_every='2' is not allowed; expected an existing key"),
+        (["checkpoint=/nonexistent/checkpoint.pt"], "checkpoint not found: /nonexistent/checkpoint.pt"),
+        (["algo.beta_av=nan"], "algo.beta_av=nan is not allowed; expected an integer >= 1"),
+        (["runtime.max_time_s=inf"], "runtime.max_time_s=inf is not allowed"),
+        (
+            ["replay.capacity=10", "task.num_envs=64", "algo.batch_size=256"],
+            "replay.capacity=10 is not allowed; expected an integer >= 256: at least algo.batch_size (256) and "
+            "task.num_envs (64",
+        ),
+        (
+            ["algo=ppo", "algo.minibatches=100000"],
+            "algo.minibatches=100000 is not allowed; expected at most algo.horizon * task.num_envs = 4096",
+        ),
+        (["algo.nstep=2000"], "algo.nstep=2000 is not allowed; expected an integer <= 1000 (the longest Ant episode)"),
+        (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected a number in (0, 1]"),
+        (["algo.beta_pv=1,2"], "algo.beta_pv='1,2' is not allowed; expected one value (add -m to sweep"),
+        (["algo.gamma=[0.9"], "algo.gamma='[0.9' is not allowed; expected a value in Hydra's override grammar"),
+    ],
+)
 def test_every_bad_setting_is_found_before_the_run(argv, needle, tmp_path):
     with pytest.raises((ConfigError, CheckpointError)) as raised:
         preflight([*argv, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"], CFG_DIR)
@@ -126,18 +157,33 @@ def test_every_bad_setting_is_found_before_the_run(argv, needle, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["algo.gamma=2"], "pql: config error: algo.gamma=2"),
-    (["algo=sac", "algo.exploration=ape_x"], "algo.exploration='ape_x' is not allowed; expected an existing key "
-                                             "with algo=sac"),
-    (["checkpoint=/nonexistent/checkpoint.pt"], "pql: checkpoint not found: /nonexistent/checkpoint.pt"),
-    (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected a number in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["algo.gamma=2"], "pql: config error: algo.gamma=2"),
+        (
+            ["algo=sac", "algo.exploration=ape_x"],
+            "algo.exploration='ape_x' is not allowed; expected an existing key with algo=sac",
+        ),
+        (["checkpoint=/nonexistent/checkpoint.pt"], "pql: checkpoint not found: /nonexistent/checkpoint.pt"),
+        (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected a number in (0, 1]"),
+    ],
+)
 def test_cli_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path):
     # The run (or sweep) directory is where Hydra would write: a bad setting must leave none.
-    proc = subprocess.run([sys.executable, "train.py", *argv, f"hydra.run.dir={tmp_path / 'run'}",
-                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            *argv,
+            f"hydra.run.dir={tmp_path / 'run'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
@@ -188,10 +234,13 @@ def test_defaults_validate():
     assert (cfg.algo.beta_av, cfg.algo.beta_pv) == (16, 2)
 
 
-@pytest.mark.parametrize("override, key, allowed", [
-    ("runtime.mode=sequential", "runtime.mode", "process with an Isaac Gym task"),
-    ("algo=ppo", "algo", "pql, pql_d, sac or impala with an Isaac Gym task"),
-])
+@pytest.mark.parametrize(
+    "override, key, allowed",
+    [
+        ("runtime.mode=sequential", "runtime.mode", "process with an Isaac Gym task"),
+        ("algo=ppo", "algo", "pql, pql_d, sac or impala with an Isaac Gym task"),
+    ],
+)
 def test_isaacgym_needs_a_process_of_its_own_for_the_training_envs(override, key, allowed):
     with pytest.raises(ConfigError, match=rf"{key}=.*{allowed}"):
         load_config(composed(["task=isaacgym", "task.name=isaacgym/Ant", override]))
@@ -200,10 +249,21 @@ def test_isaacgym_needs_a_process_of_its_own_for_the_training_envs(override, key
 def test_a_costly_rerank_schedule_is_warned_about(capsys):
     from pql.config import apply_device_defaults
 
-    cfg = load_config(composed(["replay.kind=prioritized", "replay.priority_mode=rank", "replay.rerank_every=2",
-                                "replay.capacity=1000000", "runtime.device=cpu"]))
+    cfg = load_config(
+        composed(
+            [
+                "replay.kind=prioritized",
+                "replay.priority_mode=rank",
+                "replay.rerank_every=2",
+                "replay.capacity=1000000",
+                "runtime.device=cpu",
+            ]
+        )
+    )
     apply_device_defaults(cfg)
-    assert "warning: replay.rerank_every=2 re-sorts all 1,000,000 items every 2 critic updates" in capsys.readouterr().out
+    assert (
+        "warning: replay.rerank_every=2 re-sorts all 1,000,000 items every 2 critic updates" in capsys.readouterr().out
+    )
 
 
 def plain(cfg) -> dict:
@@ -254,8 +314,9 @@ def test_config_yaml_restates_no_default():
     assert not os.path.exists(os.path.join(CFG_DIR, "algo"))  # the algo options come from the ConfigStore
 
 
-@pytest.mark.parametrize("task, support", [("Ant", (-100.0, 1000.0)), ("HumanoidStandup", (0.0, 50000.0)),
-                                           ("Pusher", (-300.0, 0.0))])
+@pytest.mark.parametrize(
+    "task, support", [("Ant", (-100.0, 1000.0)), ("HumanoidStandup", (0.0, 50000.0)), ("Pusher", (-300.0, 0.0))]
+)
 def test_pql_d_support_is_the_tasks_value_range(task, support):
     algo = load_config(composed(["algo=pql_d", f"task={task}"])).algo
     assert isinstance(algo, PQLDConfig) and (algo.num_atoms, algo.v_min, algo.v_max) == (101, *support)
@@ -264,8 +325,9 @@ def test_pql_d_support_is_the_tasks_value_range(task, support):
     assert (algo.v_min, algo.v_max) == (-7.0, 7.0)
 
 
-@pytest.mark.parametrize("task, nstep", [("Reacher", 1), ("Pusher", 1), ("HalfCheetah", 3), ("Ant", 3),
-                                         ("InvertedPendulum", 3)])
+@pytest.mark.parametrize(
+    "task, nstep", [("Reacher", 1), ("Pusher", 1), ("HalfCheetah", 3), ("Ant", 3), ("InvertedPendulum", 3)]
+)
 @pytest.mark.parametrize("algo", ["pql", "pql_d", "sac"])
 def test_nstep_default_follows_the_episode_length(task, nstep, algo):
     assert load_config(composed([f"algo={algo}", f"task={task}"])).algo.nstep == nstep
@@ -289,8 +351,10 @@ def test_each_algorithm_has_its_own_keys_only():
         load_config({"algo": {"name": "sac", "exploration": "ape_x"}})
 
 
-@pytest.mark.parametrize("name, cls", [("pql", PQLConfig), ("pql_d", PQLDConfig), ("sac", SACConfig),
-                                       ("ppo", PPOConfig), ("impala", ImpalaConfig)])
+@pytest.mark.parametrize(
+    "name, cls",
+    [("pql", PQLConfig), ("pql_d", PQLDConfig), ("sac", SACConfig), ("ppo", PPOConfig), ("impala", ImpalaConfig)],
+)
 def test_load_config_picks_the_class_by_name(name, cls):
     algo = load_config({"algo": {"name": name}}).algo
     assert type(algo) is cls and algo == with_task_defaults(cls()) and algo.name == name
@@ -308,12 +372,16 @@ def test_on_policy_nets_keep_their_own_defaults_under_a_partial_override(name):
 
 
 def test_unknown_algorithm_names_the_registered_ones():
-    with pytest.raises(ConfigError, match=r"algo.name='foo' is not allowed; expected one of pql, pql_d, sac, ppo, impala"):
+    with pytest.raises(
+        ConfigError, match=r"algo.name='foo' is not allowed; expected one of pql, pql_d, sac, ppo, impala"
+    ):
         load_config({"algo": {"name": "foo"}})
 
 
 def test_bad_pql_d_support():
-    with pytest.raises(ConfigError, match=r"algo.v_max=-200.0 is not allowed; expected a number > algo.v_min \(-100.0\)"):
+    with pytest.raises(
+        ConfigError, match=r"algo.v_max=-200.0 is not allowed; expected a number > algo.v_min \(-100.0\)"
+    ):
         load_config(composed(["algo=pql_d", "algo.v_max=-200"]))
     with pytest.raises(ConfigError, match=r"task.value_max=-200.0 is not allowed; expected a number > task.value_min"):
         load_config(composed(["task.value_max=-200"]))
@@ -327,13 +395,29 @@ def test_old_sync_keys_are_unknown():
 
 
 def test_publish_and_pull_periods():
-    runtime = load_config(composed(["runtime.policy_publish_every=2", "runtime.critic_publish_every=3",
-                                    "runtime.actor_pull_every=4", "runtime.v_learner_pull_every=5"])).runtime
-    assert (runtime.policy_publish_every, runtime.critic_publish_every, runtime.actor_pull_every,
-            runtime.v_learner_pull_every) == (2, 3, 4, 5)
+    runtime = load_config(
+        composed(
+            [
+                "runtime.policy_publish_every=2",
+                "runtime.critic_publish_every=3",
+                "runtime.actor_pull_every=4",
+                "runtime.v_learner_pull_every=5",
+            ]
+        )
+    ).runtime
+    assert (
+        runtime.policy_publish_every,
+        runtime.critic_publish_every,
+        runtime.actor_pull_every,
+        runtime.v_learner_pull_every,
+    ) == (2, 3, 4, 5)
     defaults = load_config(composed([])).runtime
-    assert (defaults.policy_publish_every, defaults.critic_publish_every, defaults.actor_pull_every,
-            defaults.v_learner_pull_every) == (1, 1, 1, 1)
+    assert (
+        defaults.policy_publish_every,
+        defaults.critic_publish_every,
+        defaults.actor_pull_every,
+        defaults.v_learner_pull_every,
+    ) == (1, 1, 1, 1)
 
 
 def test_warmup_steps_may_be_zero():
@@ -344,18 +428,23 @@ def test_a_sweep_over_algorithms_composes_each():
     preflight(["-m", "algo=pql,sac", "algo.gamma=0.9", "runtime.seed=1,2"], CFG_DIR)
     for name in ("pql", "sac"):
         assert load_config(composed([f"algo={name}", "algo.gamma=0.9"])).algo.name == name
-    with pytest.raises(ConfigError, match=r"algo.exploration='ape_x' is not allowed; expected an existing key with algo=sac"):
+    with pytest.raises(
+        ConfigError, match=r"algo.exploration='ape_x' is not allowed; expected an existing key with algo=sac"
+    ):
         preflight(["-m", "algo=pql,sac", "algo.exploration=ape_x"], CFG_DIR)
 
 
 def test_unknown_group_option_lists_the_config_store_options():
-    with pytest.raises(ConfigError, match=r"^config error: algo='foo' is not allowed; expected one of impala, ppo, pql, "
-                                          r"pql_d, sac$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config error: algo='foo' is not allowed; expected one of impala, ppo, pql, "
+        r"pql_d, sac$",
+    ):
         preflight(["algo=foo"], CFG_DIR)
     with pytest.raises(ConfigError, match=r"task='Walker'.*isaacgym/<Task>"):
         preflight(["task=Walker"], CFG_DIR)
 
 
 def test_rules_are_registered_by_module_and_attribute():
-    for name, algorithm in ALGORITHMS.items():
+    for algorithm in ALGORITHMS.values():
         assert algorithm.load_rules().__name__ == algorithm.rules.split(":")[1]

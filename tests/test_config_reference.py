@@ -1,4 +1,5 @@
 """docs/configuration.md is the reference `python -m pql.config` renders from the dataclasses."""
+
 import dataclasses
 import os
 import subprocess

@@ -1,11 +1,13 @@
 """What a CUDA run needs from the runtime, checked on the CPU: the device each process sets, the
 settings validated against the machine, host synchronisations per update, the startup stall
 limit, compiled updates, the bf16 actor copy and checkpoint state loaded on the CPU."""
+
 import time
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from test_runtime import SMALL
 
 from pql.checkpoint import load_checkpoint, save_checkpoint
 from pql.config import ConfigError, apply_device_defaults
@@ -17,8 +19,6 @@ from pql.runtime.off_policy.precision import InferenceCopy, _bf16_copy
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_device
 from pql.runtime.shared import Wakeup
 from pql.runtime.waiting import StallError, Waiter
-
-from test_runtime import SMALL
 
 
 @pytest.fixture
@@ -74,19 +74,28 @@ def test_roles_are_placed_on_their_devices(make_config, fake_cuda):
     shared state lives on its writer's device."""
     cfg = make_config(PAPER_LAYOUT + ["runtime.device=cuda:0"])
     apply_device_defaults(cfg)
-    assert (cfg.runtime.actor_device, cfg.runtime.v_learner_device, cfg.runtime.p_learner_device) == \
-        ("cuda:0", "cuda:1", "cuda:1")
+    assert (cfg.runtime.actor_device, cfg.runtime.v_learner_device, cfg.runtime.p_learner_device) == (
+        "cuda:0",
+        "cuda:1",
+        "cuda:1",
+    )
     assert [str(role_device(cfg, n)) for n in ("actor", "v_learner", "p_learner")] == ["cuda:0", "cuda:1", "cuda:1"]
     cfg = make_config(["runtime.device=cuda:1"])
     apply_device_defaults(cfg)
     assert {cfg.runtime.actor_device, cfg.runtime.v_learner_device, cfg.runtime.p_learner_device} == {"cuda:1"}
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (["runtime.v_learner_device=cuda:2"], r"runtime.v_learner_device='cuda:2'.*index < 2"),
-    (PAPER_LAYOUT + ["runtime.mode=sequential"], r"runtime.mode='sequential'.*process when the roles are on different"),
-    (["algo=ppo", "runtime.actor_device=cuda:1"], r"runtime.actor_device='cuda:1'.*null with algo=ppo"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["runtime.v_learner_device=cuda:2"], r"runtime.v_learner_device='cuda:2'.*index < 2"),
+        (
+            PAPER_LAYOUT + ["runtime.mode=sequential"],
+            r"runtime.mode='sequential'.*process when the roles are on different",
+        ),
+        (["algo=ppo", "runtime.actor_device=cuda:1"], r"runtime.actor_device='cuda:1'.*null with algo=ppo"),
+    ],
+)
 def test_impossible_placements_are_config_errors(make_config, fake_cuda, overrides, match):
     with pytest.raises(ConfigError, match=match):
         apply_device_defaults(make_config(overrides))
@@ -124,8 +133,14 @@ def test_the_stall_limit_waits_for_startup(tmp_path):
     compiles its kernels cold); afterwards runtime.stall_timeout_s."""
     counters = RatioCounters()
     ratios = RatioController(counters, 8, 2, 4)
-    waiter = Waiter(counters, Wakeup(mp.get_context("spawn"), ("test",)), "test", stall_timeout_s=0.2,
-                    startup_timeout_s=2.0, started=ratios.started)
+    waiter = Waiter(
+        counters,
+        Wakeup(mp.get_context("spawn"), ("test",)),
+        "test",
+        stall_timeout_s=0.2,
+        startup_timeout_s=2.0,
+        started=ratios.started,
+    )
 
     def time_to_stall() -> float:
         start = time.monotonic()
@@ -140,9 +155,13 @@ def test_the_stall_limit_waits_for_startup(tmp_path):
 
 def _critic_batch(batch_size: int = 64) -> dict:
     gen = torch.Generator().manual_seed(3)
-    return {"obs": torch.randn(batch_size, 4, generator=gen), "action": torch.rand(batch_size, 1, generator=gen) * 2 - 1,
-            "reward": torch.randn(batch_size, generator=gen), "next_obs": torch.randn(batch_size, 4, generator=gen),
-            "discount": torch.full((batch_size,), 0.99)}
+    return {
+        "obs": torch.randn(batch_size, 4, generator=gen),
+        "action": torch.rand(batch_size, 1, generator=gen) * 2 - 1,
+        "reward": torch.randn(batch_size, generator=gen),
+        "next_obs": torch.randn(batch_size, 4, generator=gen),
+        "discount": torch.full((batch_size,), 0.99),
+    }
 
 
 @pytest.mark.slow
@@ -170,8 +189,15 @@ def test_compiled_updates_match_eager_ones(make_config):
         loss.backward()
         p_loss, _ = compile_update(policy_loss, enabled, torch.device("cpu"))(batch["obs"])
         p_loss.backward()
-        results.append((loss.detach(), td_abs, [p.grad.clone() for p in critic.parameters()],
-                        p_loss.detach(), [p.grad.clone() for p in policy.parameters()]))
+        results.append(
+            (
+                loss.detach(),
+                td_abs,
+                [p.grad.clone() for p in critic.parameters()],
+                p_loss.detach(),
+                [p.grad.clone() for p in policy.parameters()],
+            )
+        )
     (eager, compiled) = results
     for a, b in zip(eager, compiled):
         for x, y in zip(a if isinstance(a, list) else [a], b if isinstance(b, list) else [b]):
@@ -180,12 +206,22 @@ def test_compiled_updates_match_eager_ones(make_config):
 
 @pytest.mark.slow
 def test_a_compiled_run_trains_and_resumes(make_config, tmp_path):
-    first = make_config(SMALL + ["runtime.mode=sequential", "runtime.device=cpu", "runtime.compile=true",
-                                 "runtime.max_env_steps=600"], run_dir=tmp_path / "first")
+    first = make_config(
+        SMALL + ["runtime.mode=sequential", "runtime.device=cpu", "runtime.compile=true", "runtime.max_env_steps=600"],
+        run_dir=tmp_path / "first",
+    )
     train(first)
-    second = make_config(SMALL + ["runtime.mode=sequential", "runtime.device=cpu", "runtime.compile=true",
-                                  "runtime.max_env_steps=1000", f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"],
-                         run_dir=tmp_path / "second")
+    second = make_config(
+        SMALL
+        + [
+            "runtime.mode=sequential",
+            "runtime.device=cpu",
+            "runtime.compile=true",
+            "runtime.max_env_steps=1000",
+            f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}",
+        ],
+        run_dir=tmp_path / "second",
+    )
     train(second)
     saved, resumed = (load_checkpoint(tmp_path / run / "checkpoint.pt") for run in ("first", "second"))
     assert resumed["counters"]["critic_updates"] > saved["counters"]["critic_updates"]
@@ -217,8 +253,10 @@ def test_role_state_loads_from_a_cpu_checkpoint(make_config, tmp_path):
     def roles():
         shared = make_shared(cfg, algo, 4, 1)
         ratios = make_ratios(cfg, shared)
-        return {name: build_role(name, cfg, shared, algo, device, ratios, 4, 1, fresh_start=True)
-                for name in ("actor", "v_learner", "p_learner")}
+        return {
+            name: build_role(name, cfg, shared, algo, device, ratios, 4, 1, fresh_start=True)
+            for name in ("actor", "v_learner", "p_learner")
+        }
 
     first = roles()
     first["v_learner"].generator.manual_seed(1234)

@@ -1,5 +1,6 @@
 """Data-parallel replicas under torchrun on the CPU (gloo): collectives, identical networks,
 ratios, learning, a killed role, and the config and checkpoint checks."""
+
 import os
 import re
 import signal
@@ -19,7 +20,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "replica_probe.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 TASK = ["task=InvertedPendulum", "task.num_envs=8", "runtime.eval_every=1000000000", "task.eval_envs=2"]
-SMALL = TASK + ["algo.batch_size=64", "algo.beta_av=8", "algo.net.actor_hidden=[32,32]", "algo.net.critic_hidden=[32,32]"]
+SMALL = TASK + [
+    "algo.batch_size=64",
+    "algo.beta_av=8",
+    "algo.net.actor_hidden=[32,32]",
+    "algo.net.critic_hidden=[32,32]",
+]
 
 
 def probe(tmp_path, *args, replicas: bool = True, timeout: int = 300) -> list[dict]:
@@ -66,14 +72,17 @@ def test_collectives_merge_statistics_and_average_gradients(tmp_path):
     assert [r["any_rank1"] for r in ranks] == [True, True] and [r["any_none"] for r in ranks] == [False, False]
 
 
-ALGO_RUN = {"pql": SMALL + ["algo.warmup_steps=4"],
-            "ppo": TASK + ["algo=ppo", "algo.horizon=16", "algo.minibatches=2"],
-            "impala": TASK + ["algo=impala", "algo.unroll=16"]}
+ALGO_RUN = {
+    "pql": SMALL + ["algo.warmup_steps=4"],
+    "ppo": TASK + ["algo=ppo", "algo.horizon=16", "algo.minibatches=2"],
+    "impala": TASK + ["algo=impala", "algo.unroll=16"],
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo,mode", [("pql", "sequential"), ("pql", "process"), ("ppo", "sequential"),
-                                       ("impala", "process")])
+@pytest.mark.parametrize(
+    "algo,mode", [("pql", "sequential"), ("pql", "process"), ("ppo", "sequential"), ("impala", "process")]
+)
 def test_replicas_hold_identical_networks(tmp_path, algo, mode):
     """After the run every network, target, optimiser state and normaliser is the same on both
     ranks, and differs from what one replica alone learns (its data differs)."""
@@ -81,16 +90,20 @@ def test_replicas_hold_identical_networks(tmp_path, algo, mode):
     (tmp_path / "two").mkdir()
     (tmp_path / "one").mkdir()
     rank0, rank1 = probe(tmp_path / "two", "train", *overrides)
-    alone, = probe(tmp_path / "one", "train", *overrides, replicas=False)
+    (alone,) = probe(tmp_path / "one", "train", *overrides, replicas=False)
     same = {k for k in rank0["counters"] if k != "episodes"}  # each replica's envs end their own episodes
     assert {k: rank0["counters"][k] for k in same} == {k: rank1["counters"][k] for k in same}
     # In process mode the actor's policy copy is whichever version it pulled last, which timing
     # decides within the ratio window on each replica: not a replica invariant (the learners' are).
-    learnt = {k: v for k, v in flat(rank0["roles"]).items()
-              if "generator" not in k and not (mode == "process" and k.startswith("/actor/policy/"))}
+    learnt = {
+        k: v
+        for k, v in flat(rank0["roles"]).items()
+        if "generator" not in k and not (mode == "process" and k.startswith("/actor/policy/"))
+    }
     other = flat(rank1["roles"])
-    assert learnt and all(torch.equal(v, other[k]) for k, v in learnt.items()), \
-        [k for k, v in learnt.items() if not torch.equal(v, other[k])]
+    assert learnt and all(torch.equal(v, other[k]) for k, v in learnt.items()), [
+        k for k, v in learnt.items() if not torch.equal(v, other[k])
+    ]
     assert all(torch.equal(v, flat(rank1["normalizer"])[k]) for k, v in flat(rank0["normalizer"]).items())
     assert not torch.equal(rank0["normalizer"]["mean"], alone["normalizer"]["mean"])
     policy = flat(rank0["policy"])
@@ -111,9 +124,16 @@ def test_two_replicas_solve_inverted_pendulum(tmp_path):
     InvertedPendulum can dip for a few thousand env steps and recover (seed 0: 1,000 three times,
     then 357, then 1,000 again), so a single evaluation at a fixed step tests that swing, not the
     replicas."""
-    cmd = TORCHRUN + ["train.py", "task=InvertedPendulum", "runtime.mode=sequential", "runtime.max_env_steps=20000",
-                      "runtime.eval_every=2000", "runtime.eval_max_share=1", "runtime.stop_at_return=900",
-                      f"hydra.run.dir={tmp_path}"]
+    cmd = TORCHRUN + [
+        "train.py",
+        "task=InvertedPendulum",
+        "runtime.mode=sequential",
+        "runtime.max_env_steps=20000",
+        "runtime.eval_every=2000",
+        "runtime.eval_max_share=1",
+        "runtime.stop_at_return=900",
+        f"hydra.run.dir={tmp_path}",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     done = re.search(r"pql: done: ([\d,]+) env steps .* eval return ([-\d.]+)", proc.stdout)
@@ -136,7 +156,11 @@ def role_pids(role: str, rank: int, run_dir) -> list[int]:
                 env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
         except OSError:
             continue
-        if comm == f"pql-{role}" and env.get(b"RANK") == str(rank).encode() and str(run_dir).encode() in env.get(b"PQL_TEST_RUN", b""):
+        if (
+            comm == f"pql-{role}"
+            and env.get(b"RANK") == str(rank).encode()
+            and str(run_dir).encode() in env.get(b"PQL_TEST_RUN", b"")
+        ):
             found.append(int(pid))
     return found
 
@@ -159,11 +183,18 @@ def job_pids(run_dir) -> list[int]:
 
 @pytest.mark.slow
 def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
-    cmd = TORCHRUN + ["train.py", *SMALL, "runtime.mode=process", "runtime.max_env_steps=100000000",
-                      "runtime.log_every_s=2", f"hydra.run.dir={tmp_path}"]
+    cmd = TORCHRUN + [
+        "train.py",
+        *SMALL,
+        "runtime.mode=process",
+        "runtime.max_env_steps=100000000",
+        "runtime.log_every_s=2",
+        f"hydra.run.dir={tmp_path}",
+    ]
     env = {**os.environ, "PQL_TEST_RUN": str(tmp_path)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     try:
         for line in proc.stdout:  # rank 0's progress lines: both replicas train
             if re.match(r"[1-9]\S*(/\S+)? steps", line):
@@ -194,7 +225,9 @@ def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
 def test_role_devices_and_explicit_gpus_are_refused_under_torchrun(make_config):
     with pytest.raises(ConfigError, match=r"runtime.actor_device='cpu' is not allowed; expected null under torchrun"):
         apply_device_defaults(make_config(["runtime.actor_device=cpu"]), local_rank=0, replicas=2)
-    with pytest.raises(ConfigError, match=r"runtime.device='cuda:1' is not allowed; expected auto, cuda or cpu under torchrun"):
+    with pytest.raises(
+        ConfigError, match=r"runtime.device='cuda:1' is not allowed; expected auto, cuda or cpu under torchrun"
+    ):
         apply_device_defaults(make_config(["runtime.device=cuda:1"]), local_rank=1, replicas=2)
     assert str(apply_device_defaults(make_config(["runtime.device=cpu"]), local_rank=1, replicas=2)) == "cpu"
 

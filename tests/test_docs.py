@@ -1,5 +1,6 @@
 """The documents a newcomer follows: every relative link in the repository's Markdown resolves
 (file and #anchor), and every command of README's code blocks is one pql accepts."""
+
 import os
 import re
 import shlex
@@ -81,8 +82,10 @@ def test_every_relative_link_resolves():
 
 def test_the_link_check_sees_a_broken_link(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("# A heading, with `code`\n\n[ok](#a-heading-with-code) [bad](#nowhere) [gone](missing.md)\n"
-                    "```\n[in code](ignored.md)\n```\n")
+    page.write_text(
+        "# A heading, with `code`\n\n[ok](#a-heading-with-code) [bad](#nowhere) [gone](missing.md)\n"
+        "```\n[in code](ignored.md)\n```\n"
+    )
     assert broken_links(str(page)) == ["#nowhere (no such heading)", "missing.md (no such file)"]
 
 
@@ -112,7 +115,7 @@ def ant_checkpoint(tmp_path):
 def train_args(argv: list[str]) -> list[str] | None:
     """The arguments after train.py of a `python train.py` or `torchrun ... train.py` command."""
     if "train.py" in argv and argv[0] in ("python", "torchrun"):
-        return argv[argv.index("train.py") + 1:]
+        return argv[argv.index("train.py") + 1 :]
     return None
 
 

@@ -1,5 +1,6 @@
 """bench/env_throughput.py --profile on CPU: the parts of one env step (physics, restart, pql's own
 work) are each measured and together make up the whole step. No speed is asserted."""
+
 import os
 import sys
 
@@ -10,6 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import env_throughput  # noqa: E402
+
 import tasks  # noqa: E402
 
 NUM_ENVS = 16

@@ -1,6 +1,7 @@
 """Evaluation off the run's critical path: no step waits on the device, an evaluation can run
 beside the main process's work on a snapshot of the policy, and evaluations are spaced to take at
 most runtime.eval_max_share of the wall time."""
+
 import threading
 import time
 import types
@@ -165,8 +166,14 @@ class Logged:
 
 
 def monitor(share: float, background: bool, eval_s: float = 0.05) -> tuple[Monitor, Logged]:
-    runtime = types.SimpleNamespace(eval_every=1, checkpoint_every=10**12, log_every_s=10**6, max_time_s=None,
-                                    stop_at_return=None, eval_max_share=share)
+    runtime = types.SimpleNamespace(
+        eval_every=1,
+        checkpoint_every=10**12,
+        log_every_s=10**6,
+        max_time_s=None,
+        stop_at_return=None,
+        eval_max_share=share,
+    )
     logger = Logged()
     board = types.SimpleNamespace(read=lambda: {})
     env = Episodes([2], max_episode_steps=2, delay_s=eval_s / 2)

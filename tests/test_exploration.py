@@ -1,4 +1,5 @@
 """Per-env exploration noise: the Ape-X/Agent57 schedule and PQL's mixed noise."""
+
 import pytest
 import torch
 
@@ -24,7 +25,7 @@ def test_ape_x_defaults_span_the_agent57_range():
     cfg = PQLConfig(exploration="ape_x")
     stds = noise_stds(cfg, 256, "cpu")
     assert stds[0, 0].item() == pytest.approx(0.4)
-    assert stds[-1, 0].item() == pytest.approx(0.4 ** 9, rel=1e-5)
+    assert stds[-1, 0].item() == pytest.approx(0.4**9, rel=1e-5)
     assert torch.allclose(stds, ape_x_noise_stds(256, 0.4, 8.0, "cpu"))
 
 

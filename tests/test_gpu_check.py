@@ -1,5 +1,6 @@
 """bench/gpu_check.py on CPU: the no-CUDA exit, running and stopping steps, the budget, the resume
 check and the report, with fake steps standing in for the GPU benches and training runs."""
+
 import dataclasses
 import datetime
 import os
@@ -29,8 +30,13 @@ def python_step(name: str, code: str, timeout_s: float = 60) -> gpu_check.Step:
 
 def test_without_cuda_it_says_so_in_one_line_and_exits_2(tmp_path):
     out = tmp_path / "report"
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--out", str(out)],
-                          capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "gpu_check.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=120,
+    )
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1
@@ -40,8 +46,9 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_2(tmp_path):
 
 def test_a_failing_step_is_recorded_with_the_end_of_its_output(tmp_path):
     log = tmp_path / "log.txt"
-    result = gpu_check.run_step(python_step("env", "for i in range(100): print(i)\nraise SystemExit(3)"),
-                                str(log), time_left_s=60)
+    result = gpu_check.run_step(
+        python_step("env", "for i in range(100): print(i)\nraise SystemExit(3)"), str(log), time_left_s=60
+    )
     assert (result.status, result.detail) == (gpu_check.FAILED, "exit 3")
     assert result.tail(5) == ["95", "96", "97", "98", "99"]
     assert "===== fake env" in log.read_text() and "\n99\n" in log.read_text()
@@ -49,13 +56,17 @@ def test_a_failing_step_is_recorded_with_the_end_of_its_output(tmp_path):
 
 def test_a_hanging_step_is_stopped_with_its_children_at_the_time_left(tmp_path):
     pid_file = tmp_path / "child.pid"
-    step = python_step("train", f"""
+    step = python_step(
+        "train",
+        f"""
         import subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         open({str(pid_file)!r}, "w").write(str(child.pid))
         print("started", flush=True)
         time.sleep(60)
-    """, timeout_s=60)
+    """,
+        timeout_s=60,
+    )
     start = time.monotonic()
     result = gpu_check.run_step(step, str(tmp_path / "log.txt"), time_left_s=3)
     assert result.status == gpu_check.TIMED_OUT and "3 s" in result.detail
@@ -70,11 +81,14 @@ def test_a_hanging_step_is_stopped_with_its_children_at_the_time_left(tmp_path):
 
 def test_processes_a_step_leaves_behind_are_ended_with_it(tmp_path):
     pid_file = tmp_path / "child.pid"
-    step = python_step("learner", f"""
+    step = python_step(
+        "learner",
+        f"""
         import subprocess, sys
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         open({str(pid_file)!r}, "w").write(str(child.pid))
-    """)
+    """,
+    )
     assert gpu_check.run_step(step, str(tmp_path / "log.txt"), time_left_s=60).status == gpu_check.OK
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 10
@@ -105,11 +119,13 @@ def test_a_training_run_is_shortened_to_the_budget_or_skipped():
 def test_resume_verdict():
     assert gpu_check.resume_verdict(1000, 1000, 1500)[0]
     assert "1,000" in gpu_check.resume_verdict(1000, 1000, 1500)[1]
-    for train, start, end, reason in ((None, None, None, "no readable checkpoint"),
-                                      (1000, None, 1500, "never said"),
-                                      (1000, 0, 1500, "started at 0"),
-                                      (1000, 1000, None, "no readable checkpoint"),
-                                      (1000, 1000, 1000, "not past")):
+    for train, start, end, reason in (
+        (None, None, None, "no readable checkpoint"),
+        (1000, None, 1500, "never said"),
+        (1000, 0, 1500, "started at 0"),
+        (1000, 1000, None, "no readable checkpoint"),
+        (1000, 1000, 1000, "not past"),
+    ):
         ok, text = gpu_check.resume_verdict(train, start, end)
         assert not ok and reason in text
 
@@ -122,25 +138,62 @@ def test_log_parsers():
 
 
 def env_rows(rate_at_32768: str, error: str = "") -> list[dict]:
-    return [{"task": "Ant", "row": "pql mjwarp", "device": "cuda", "num_envs": str(n), "env_steps_per_s": rate,
-             "error": err} for n, rate, err in ((4096, "400000.0", ""), (16384, "1100000.0", ""),
-                                                (32768, rate_at_32768, error))]
+    return [
+        {
+            "task": "Ant",
+            "row": "pql mjwarp",
+            "device": "cuda",
+            "num_envs": str(n),
+            "env_steps_per_s": rate,
+            "error": err,
+        }
+        for n, rate, err in ((4096, "400000.0", ""), (16384, "1100000.0", ""), (32768, rate_at_32768, error))
+    ]
 
 
 ENV_ROWS = env_rows("", "OutOfMemoryError: CUDA out of memory")
-PROFILE_ROWS = [{"task": "Ant", "row": "pql mjwarp", "device": "cuda", "num_envs": str(n), "part": part,
-                 "ms_per_step": ms, "share": share}
-                for n in (4096, 16384)
-                for part, ms, share in (("physics", "20.0", "0.8"), ("restart", "1.25", "0.05"), ("rest", "3.75", "0.15"),
-                                        ("step", "25.0", "1.0"))]
+PROFILE_ROWS = [
+    {
+        "task": "Ant",
+        "row": "pql mjwarp",
+        "device": "cuda",
+        "num_envs": str(n),
+        "part": part,
+        "ms_per_step": ms,
+        "share": share,
+    }
+    for n in (4096, 16384)
+    for part, ms, share in (
+        ("physics", "20.0", "0.8"),
+        ("restart", "1.25", "0.05"),
+        ("rest", "3.75", "0.15"),
+        ("step", "25.0", "1.0"),
+    )
+]
 
 
 def learner_rows(critic: float, efficiency: float, mps: str = "auto") -> list[dict]:
-    values = {"critic_updates_per_s_alone": critic, "policy_updates_per_s_alone": 4500.0,
-              "actor_env_steps_per_s_alone": 900000.0, "bound_env_steps_per_s": 500000.0,
-              "together_env_steps_per_s": 500000.0 * efficiency, "together_efficiency": efficiency}
-    return [{"task": "Ant", "device": "cuda", "num_envs": "4096", "batch_size": "8192", "compile": "true",
-             "mps": mps, "quantity": q, "value": str(v)} for q, v in values.items()]
+    values = {
+        "critic_updates_per_s_alone": critic,
+        "policy_updates_per_s_alone": 4500.0,
+        "actor_env_steps_per_s_alone": 900000.0,
+        "bound_env_steps_per_s": 500000.0,
+        "together_env_steps_per_s": 500000.0 * efficiency,
+        "together_efficiency": efficiency,
+    }
+    return [
+        {
+            "task": "Ant",
+            "device": "cuda",
+            "num_envs": "4096",
+            "batch_size": "8192",
+            "compile": "true",
+            "mps": mps,
+            "quantity": q,
+            "value": str(v),
+        }
+        for q, v in values.items()
+    ]
 
 
 def metrics_csv(path, rows: list[tuple]) -> None:
@@ -151,38 +204,67 @@ def metrics_csv(path, rows: list[tuple]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-KERNEL_ROWS = [{"device": "cuda", "operation": op, "impl": impl, "microseconds": us, "note": note}
-               for op, impl, us, note in (
-                   ("SumTree update + sample, capacity 2^23, B=8192", "triton", "80.5", ""),
-                   ("SumTree update + sample, capacity 2^23, B=8192", "torch", "900.0", ""),
-                   ("V-trace, T=32, B=4096", "triton", "50.0", ""),
-                   ("V-trace, T=32, B=4096", "torch", "500.0", ""),
-                   ("PrioritizedSampler update + sample (+ weights), capacity 2^23, B=8192", "torchrl", "",
-                    "n/a (torchrl not installed)"))]
+KERNEL_ROWS = [
+    {"device": "cuda", "operation": op, "impl": impl, "microseconds": us, "note": note}
+    for op, impl, us, note in (
+        ("SumTree update + sample, capacity 2^23, B=8192", "triton", "80.5", ""),
+        ("SumTree update + sample, capacity 2^23, B=8192", "torch", "900.0", ""),
+        ("V-trace, T=32, B=4096", "triton", "50.0", ""),
+        ("V-trace, T=32, B=4096", "torch", "500.0", ""),
+        (
+            "PrioritizedSampler update + sample (+ weights), capacity 2^23, B=8192",
+            "torchrl",
+            "",
+            "n/a (torchrl not installed)",
+        ),
+    )
+]
 
 
 def test_report_from_step_results_and_bench_rows():
-    results = [gpu_check.StepResult("tests", "kernel tests", "python -m pytest tests/kernels -m gpu", gpu_check.OK, 40),
-               gpu_check.StepResult("env", "env throughput", "python bench/env_throughput.py", gpu_check.FAILED, 90,
-                                    "exit 1", "line a\nTraceback\nOutOfMemoryError: CUDA out of memory\n"),
-               gpu_check.StepResult("learner", "learner bench", "python bench/learner.py", gpu_check.OK, 70),
-               gpu_check.StepResult("learner_no_mps", "learner bench without MPS", "python bench/learner.py",
-                                    gpu_check.OK, 70),
-               gpu_check.StepResult("kernels", "kernels bench", "python bench/kernels.py", gpu_check.OK, 30),
-               gpu_check.StepResult("train", "train", "python train.py task=Ant", gpu_check.OK, 230),
-               gpu_check.StepResult("resume", "resume", "python train.py task=Ant checkpoint=x", gpu_check.OK, 80),
-               gpu_check.StepResult("plot", "return curve", "python -m pql.plot", gpu_check.SKIPPED,
-                                    detail="10 s of the budget left")]
+    results = [
+        gpu_check.StepResult("tests", "kernel tests", "python -m pytest tests/kernels -m gpu", gpu_check.OK, 40),
+        gpu_check.StepResult(
+            "env",
+            "env throughput",
+            "python bench/env_throughput.py",
+            gpu_check.FAILED,
+            90,
+            "exit 1",
+            "line a\nTraceback\nOutOfMemoryError: CUDA out of memory\n",
+        ),
+        gpu_check.StepResult("learner", "learner bench", "python bench/learner.py", gpu_check.OK, 70),
+        gpu_check.StepResult(
+            "learner_no_mps", "learner bench without MPS", "python bench/learner.py", gpu_check.OK, 70
+        ),
+        gpu_check.StepResult("kernels", "kernels bench", "python bench/kernels.py", gpu_check.OK, 30),
+        gpu_check.StepResult("train", "train", "python train.py task=Ant", gpu_check.OK, 230),
+        gpu_check.StepResult("resume", "resume", "python train.py task=Ant checkpoint=x", gpu_check.OK, 80),
+        gpu_check.StepResult(
+            "plot", "return curve", "python -m pql.plot", gpu_check.SKIPPED, detail="10 s of the budget left"
+        ),
+    ]
     fig = gpu_check.Figures(
-        env=ENV_ROWS, env_profile=PROFILE_ROWS, learner=learner_rows(critic=3500.0, efficiency=0.6),
-        learner_no_mps=learner_rows(critic=3400.0, efficiency=0.45, mps="off"), kernels=KERNEL_ROWS,
+        env=ENV_ROWS,
+        env_profile=PROFILE_ROWS,
+        learner=learner_rows(critic=3500.0, efficiency=0.6),
+        learner_no_mps=learner_rows(critic=3400.0, efficiency=0.45, mps="off"),
+        kernels=KERNEL_ROWS,
         tests_summary="40 passed, 12 deselected in 31.20s",
-        train=gpu_check.RunSummary(180, 9_000_000, 190.0, [gpu_check.Eval(2_000_000, 60.0, 500.0),
-                                                           gpu_check.Eval(9_000_000, 185.0, 2500.0)],
-                                   eval_s=[1.5, 2.5, 1.8], eval_share=0.04),
+        train=gpu_check.RunSummary(
+            180,
+            9_000_000,
+            190.0,
+            [gpu_check.Eval(2_000_000, 60.0, 500.0), gpu_check.Eval(9_000_000, 185.0, 2500.0)],
+            eval_s=[1.5, 2.5, 1.8],
+            eval_share=0.04,
+        ),
         resume=gpu_check.RunSummary(45, 11_000_000, 240.0, [gpu_check.Eval(11_000_000, 230.0, 2600.0)]),
-        resume_start=9_000_000, curve="return_curve.png",
-        mps="runtime.mps=auto: pql: MPS: a daemon of this run's own lets the roles share the GPU", unreleased=["resume"])
+        resume_start=9_000_000,
+        curve="return_curve.png",
+        mps="runtime.mps=auto: pql: MPS: a daemon of this run's own lets the roles share the GPU",
+        unreleased=["resume"],
+    )
     report = gpu_check.build_report(INFO, results, fig, budget_s=560)
     assert report.startswith("# pql GPU check, test")
     assert "**6 of 8 steps passed**" in report
@@ -218,9 +300,16 @@ def test_the_train_runs_evaluations_measure_their_targets(tmp_path):
     """From the run's metrics.csv: the median evaluation time, the last evaluation share, and the
     best return logged by 300 s of wall time (not a better one after it, nor any in a shorter run)."""
     run = tmp_path / "train"
-    metrics_csv(run / "metrics.csv", [(1_000_000, 100.0, 3000.0, 1.0, 0.01), (2_000_000, 110.0, None, None, None),
-                                      (3_000_000, 250.0, 6500.0, 3.0, 0.02), (4_000_000, 299.0, 6100.0, 1.5, 0.03),
-                                      (5_000_000, 320.0, 7000.0, 1.2, 0.04)])
+    metrics_csv(
+        run / "metrics.csv",
+        [
+            (1_000_000, 100.0, 3000.0, 1.0, 0.01),
+            (2_000_000, 110.0, None, None, None),
+            (3_000_000, 250.0, 6500.0, 3.0, 0.02),
+            (4_000_000, 299.0, 6100.0, 1.5, 0.03),
+            (5_000_000, 320.0, 7000.0, 1.2, 0.04),
+        ],
+    )
     fig = gpu_check.Figures(train=gpu_check.run_summary(str(run), 300))
     assert fig.train.wall_s == 320.0 and fig.train.eval_s == [1.0, 3.0, 1.5, 1.2]
     assert [e.wall_s for e in fig.train.evals] == [100.0, 250.0, 299.0, 320.0]
@@ -287,40 +376,62 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     fake_train = tmp_path / "fake_train.py"
     fake_train.write_text(FAKE_TRAIN)
     monkeypatch.setattr(gpu_check, "TRAIN", str(fake_train))
-    args = gpu_check.parse_args(["--out", str(out), "--runs-dir", str(runs), "--without-mps",
-                                 "--train-seconds", "2", "--resume-seconds", "1"])
+    args = gpu_check.parse_args(
+        ["--out", str(out), "--runs-dir", str(runs), "--without-mps", "--train-seconds", "2", "--resume-seconds", "1"]
+    )
     out.mkdir()
     check = gpu_check.Check(args, str(out), str(runs), INFO)
     env_csv = "task,row,device,num_envs,env_steps_per_s,error\nAnt,pql mjwarp,cuda,32768,1234567.0,\n"
-    profile_csv = ("task,row,device,num_envs,part,ms_per_step,share\n"
-                   + "".join(f"Ant,pql mjwarp,cuda,32768,{part},{ms},{ms / 40}\n"
-                             for part, ms in (("physics", 30), ("restart", 2), ("rest", 8), ("step", 40))))
-    learner_csv = ("task,device,num_envs,batch_size,compile,mps,quantity,value\n"
-                   "Ant,cuda:0,4096,8192,true,auto,critic_updates_per_s_alone,3200\n")
+    profile_csv = "task,row,device,num_envs,part,ms_per_step,share\n" + "".join(
+        f"Ant,pql mjwarp,cuda,32768,{part},{ms},{ms / 40}\n"
+        for part, ms in (("physics", 30), ("restart", 2), ("rest", 8), ("step", 40))
+    )
+    learner_csv = (
+        "task,device,num_envs,batch_size,compile,mps,quantity,value\n"
+        "Ant,cuda:0,4096,8192,true,auto,critic_updates_per_s_alone,3200\n"
+    )
     learner_off_csv = learner_csv.replace(",auto,", ",off,").replace("3200", "2900")
     # The learner bench runs on the MPS path of a training run, then with --mps off; the env bench profiles.
     assert "--mps" not in check.steps["learner"].argv and check.steps["learner_no_mps"].argv[-2:] == ["--mps", "off"]
     assert check.steps["env"].argv[-2:] == ["--profile-csv", check.path("env_profile")]
-    fakes = {"tests": "print('3 passed, 2 deselected in 0.10s')",
-             "env": f"open({check.path('env')!r}, 'w').write({env_csv!r}); "
-                    f"open({check.path('env_profile')!r}, 'w').write({profile_csv!r})",
-             "learner": f"open({check.path('learner')!r}, 'w').write({learner_csv!r}); "
-                        "print('together run, runtime.mps=auto: pql: MPS not used: no daemon here')",
-             "learner_no_mps": f"open({check.path('learner_no_mps')!r}, 'w').write({learner_off_csv!r})",
-             "kernels": "print('compiling'); print('boom'); raise SystemExit(1)"}
+    fakes = {
+        "tests": "print('3 passed, 2 deselected in 0.10s')",
+        "env": f"open({check.path('env')!r}, 'w').write({env_csv!r}); "
+        f"open({check.path('env_profile')!r}, 'w').write({profile_csv!r})",
+        "learner": f"open({check.path('learner')!r}, 'w').write({learner_csv!r}); "
+        "print('together run, runtime.mps=auto: pql: MPS not used: no daemon here')",
+        "learner_no_mps": f"open({check.path('learner_no_mps')!r}, 'w').write({learner_off_csv!r})",
+        "kernels": "print('compiling'); print('boom'); raise SystemExit(1)",
+    }
     for name, code in fakes.items():
         check.steps[name] = dataclasses.replace(check.steps[name], argv=[sys.executable, "-c", code])
 
     assert check.run_all() == 1  # the kernels step failed
     statuses = {name: r.status for name, r in check.results.items()}
-    assert statuses == {"tests": "ok", "env": "ok", "learner": "ok", "learner_no_mps": "ok", "kernels": "failed",
-                        "train": "ok", "resume": "ok", "plot": "ok"}
+    assert statuses == {
+        "tests": "ok",
+        "env": "ok",
+        "learner": "ok",
+        "learner_no_mps": "ok",
+        "kernels": "failed",
+        "train": "ok",
+        "resume": "ok",
+        "plot": "ok",
+    }
     assert "runtime.max_time_s=2" in (runs / "train" / "argv.txt").read_text()
     resume_argv = (runs / "resume" / "argv.txt").read_text()
     assert f"checkpoint={runs / 'train' / 'checkpoint.pt'}" in resume_argv
     assert "runtime.max_time_s=1" in resume_argv and "runtime.max_env_steps=20001000" in resume_argv
-    assert sorted(os.listdir(out)) == ["env_profile.csv", "env_throughput.csv", "learner.csv", "learner_no_mps.csv",
-                                       "log.txt", "report.md", "return_curve.png", "targets.csv"]
+    assert sorted(os.listdir(out)) == [
+        "env_profile.csv",
+        "env_throughput.csv",
+        "learner.csv",
+        "learner_no_mps.csv",
+        "log.txt",
+        "report.md",
+        "return_curve.png",
+        "targets.csv",
+    ]
     assert len(gpu_check.FILES) <= 9
     report = (out / "report.md").read_text()
     assert "**7 of 8 steps passed**" in report
@@ -332,8 +443,14 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     assert "- MPS in the learner bench's together run: runtime.mps=auto: pql: MPS not used: no daemon here" in report
     assert "median of the train run's: ≤ 2.0 s | 1.0 s | met |" in report
     targets = {r["name"]: r for r in gpu_check.read_csv(str(out / "targets.csv"))}
-    assert targets["env_steps_per_s"] == {"name": "env_steps_per_s", "target": "1e+06", "measured": "1.23457e+06",
-                                          "unit": "env steps/s", "met": "true", "gpu": INFO["gpu_name"]}
+    assert targets["env_steps_per_s"] == {
+        "name": "env_steps_per_s",
+        "target": "1e+06",
+        "measured": "1.23457e+06",
+        "unit": "env steps/s",
+        "met": "true",
+        "gpu": INFO["gpu_name"],
+    }
     assert targets["eval_share"]["measured"] == "0.75" and targets["eval_share"]["met"] == "false"  # the last
     assert targets["return_at_5_min"]["measured"] == targets["return_at_5_min"]["met"] == ""
     assert "Resume: ok: started at 1,000 env steps (the train checkpoint's count) and ended at 2,000" in report
@@ -350,10 +467,23 @@ def test_a_resume_that_starts_over_fails_the_check(tmp_path, monkeypatch):
     """A resumed run whose counter starts from 0 instead of the checkpoint's is caught."""
     out, runs = tmp_path / "report", tmp_path / "runs"
     fake_train = tmp_path / "fake_train.py"
-    fake_train.write_text(FAKE_TRAIN.replace('if "checkpoint" in overrides:', 'if False:'))
+    fake_train.write_text(FAKE_TRAIN.replace('if "checkpoint" in overrides:', "if False:"))
     monkeypatch.setattr(gpu_check, "TRAIN", str(fake_train))
-    args = gpu_check.parse_args(["--out", str(out), "--runs-dir", str(runs), "--steps", "train", "resume",
-                                 "--train-seconds", "2", "--resume-seconds", "1"])
+    args = gpu_check.parse_args(
+        [
+            "--out",
+            str(out),
+            "--runs-dir",
+            str(runs),
+            "--steps",
+            "train",
+            "resume",
+            "--train-seconds",
+            "2",
+            "--resume-seconds",
+            "1",
+        ]
+    )
     out.mkdir()
     check = gpu_check.Check(args, str(out), str(runs), INFO)
     check.run_all()
@@ -366,11 +496,27 @@ def test_a_run_that_leaves_shared_cuda_tensors_behind_is_reported(tmp_path, monk
     tensors) is found in the run's output and named in the report."""
     out, runs = tmp_path / "report", tmp_path / "runs"
     fake_train = tmp_path / "fake_train.py"
-    fake_train.write_text(FAKE_TRAIN + "sys.stderr.write('[W CudaIPCTypes.cpp:16] ' + %r)\n"
-                          % (gpu_check.UNRELEASED_WARNING + ". See Note [Sharing CUDA tensors]\n"))
+    fake_train.write_text(
+        FAKE_TRAIN
+        + "sys.stderr.write('[W CudaIPCTypes.cpp:16] ' + %r)\n"
+        % (gpu_check.UNRELEASED_WARNING + ". See Note [Sharing CUDA tensors]\n")
+    )
     monkeypatch.setattr(gpu_check, "TRAIN", str(fake_train))
-    args = gpu_check.parse_args(["--out", str(out), "--runs-dir", str(runs), "--steps", "train", "resume",
-                                 "--train-seconds", "2", "--resume-seconds", "1"])
+    args = gpu_check.parse_args(
+        [
+            "--out",
+            str(out),
+            "--runs-dir",
+            str(runs),
+            "--steps",
+            "train",
+            "resume",
+            "--train-seconds",
+            "2",
+            "--resume-seconds",
+            "1",
+        ]
+    )
     out.mkdir()
     gpu_check.Check(args, str(out), str(runs), INFO).run_all()
     report = (out / "report.md").read_text()
@@ -381,14 +527,38 @@ def test_a_run_that_leaves_shared_cuda_tensors_behind_is_reported(tmp_path, monk
 def test_bench_csvs_feed_the_report(tmp_path):
     """The CSV columns the benches write are the ones the report reads (tiny sizes, on CPU)."""
     env_csv, profile_csv, kernels_csv = tmp_path / "env.csv", tmp_path / "profile.csv", tmp_path / "kernels.csv"
-    for argv in (["env_throughput.py", "--backends", "mujoco", "--devices", "cpu", "--sizes", "2", "--seconds", "0.2",
-                  "--gym-sizes", "--rollout-sizes", "--csv", str(env_csv), "--profile-csv", str(profile_csv)],
-                 ["kernels.py", "--device", "cpu", "--batch", "16", "--log2-capacities", "6", "--csv", str(kernels_csv)]):
-        done = subprocess.run([sys.executable, os.path.join(ROOT, "bench", argv[0]), *argv[1:]], capture_output=True,
-                              text=True, timeout=300)
+    for argv in (
+        [
+            "env_throughput.py",
+            "--backends",
+            "mujoco",
+            "--devices",
+            "cpu",
+            "--sizes",
+            "2",
+            "--seconds",
+            "0.2",
+            "--gym-sizes",
+            "--rollout-sizes",
+            "--csv",
+            str(env_csv),
+            "--profile-csv",
+            str(profile_csv),
+        ],
+        ["kernels.py", "--device", "cpu", "--batch", "16", "--log2-capacities", "6", "--csv", str(kernels_csv)],
+    ):
+        done = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "bench", argv[0]), *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
-    fig = gpu_check.Figures(env=gpu_check.read_csv(str(env_csv)), env_profile=gpu_check.read_csv(str(profile_csv)),
-                            kernels=gpu_check.read_csv(str(kernels_csv)))
+    fig = gpu_check.Figures(
+        env=gpu_check.read_csv(str(env_csv)),
+        env_profile=gpu_check.read_csv(str(profile_csv)),
+        kernels=gpu_check.read_csv(str(kernels_csv)),
+    )
     report = gpu_check.build_report(INFO, [], fig, budget_s=560)
     assert "| pql mujoco | cpu | 2 |" in report
     assert re.search(r"\| pql mujoco \| cpu \| 2 \|( [\d.]+ ms \(\d+%\) \|){3} [\d.]+ ms \|", report), report

@@ -1,6 +1,7 @@
 """IMPALA: with zero policy lag the learner's V-trace targets are the n-step Bellman targets
 (written here from the definition, truncations bootstrapping from final_obs), lag is measured,
 and the actor-learner agent learns InvertedPendulum in both runtime modes."""
+
 import pytest
 import torch
 
@@ -25,9 +26,14 @@ def trajectory(impala: Impala, seed: int) -> dict:
     terminated[:, 0] = False  # env 0 runs through the whole window: the bootstrap at T counts
     truncated[:, 0] = False
     truncated[T - 1, 1], terminated[T - 1, 1] = True, False  # a truncation on the last step
-    traj = {"obs": obs, "final_obs": torch.randn(T, N, OBS_DIM, generator=gen),
-            "action": torch.randn(T, N, ACT_DIM, generator=gen), "reward": torch.randn(T, N, generator=gen),
-            "terminated": terminated, "truncated": truncated}
+    traj = {
+        "obs": obs,
+        "final_obs": torch.randn(T, N, OBS_DIM, generator=gen),
+        "action": torch.randn(T, N, ACT_DIM, generator=gen),
+        "reward": torch.randn(T, N, generator=gen),
+        "terminated": terminated,
+        "truncated": truncated,
+    }
     # Where an env did not finish, final_obs is the next observation of the same episode.
     traj["final_obs"][:-1] = torch.where((terminated | truncated)[:-1, :, None], traj["final_obs"][:-1], obs[1:])
     with torch.no_grad():

@@ -4,6 +4,7 @@ FakeVecTask reproduces what IsaacGymEnvs' VecTask and Ant do (IsaacGymEnvs 1.5.1
 ant.py) in every respect the adapter depends on; `fake_isaacgym` writes an `isaacgym` and an
 `isaacgymenvs` package around it that behave like the real ones at import and in make().
 """
+
 import os
 import re
 import subprocess
@@ -32,9 +33,17 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 def fake_config(num_envs=3, episode_length=5, fall_after=(2, 0, 0), clip_obs=1000.0) -> dict:
     """The task config of FakeVecTask, in IsaacGymEnvs' layout. fall_after[i]: env i falls after
     that many steps of each episode (0: never; it times out instead)."""
-    return {"name": "Ant", "env": {"numEnvs": num_envs, "episodeLength": episode_length, "clipObservations": clip_obs,
-                                   "clipActions": 1.0, "fallAfter": list(fall_after)},
-            "sim": {"use_gpu_pipeline": False}}
+    return {
+        "name": "Ant",
+        "env": {
+            "numEnvs": num_envs,
+            "episodeLength": episode_length,
+            "clipObservations": clip_obs,
+            "clipActions": 1.0,
+            "fallAfter": list(fall_after),
+        },
+        "sim": {"use_gpu_pipeline": False},
+    }
 
 
 class FakeVecTask:
@@ -56,8 +65,17 @@ class FakeVecTask:
     num_actions = 2
     num_obs = 4
 
-    def __init__(self, config, rl_device="cpu", sim_device="cpu", graphics_device_id=-1, headless=True,
-                 virtual_screen_capture=False, force_render=False, anymal=False):
+    def __init__(
+        self,
+        config,
+        rl_device="cpu",
+        sim_device="cpu",
+        graphics_device_id=-1,
+        headless=True,
+        virtual_screen_capture=False,
+        force_render=False,
+        anymal=False,
+    ):
         env = config["env"]
         self.cfg, self.anymal = config, anymal
         self.num_envs = env["numEnvs"]
@@ -66,10 +84,11 @@ class FakeVecTask:
         self.device = sim_device if config["sim"]["use_gpu_pipeline"] else "cpu"
         self.rl_device = rl_device
         fall = torch.zeros(self.num_envs, dtype=torch.long)
-        fall[:len(env["fallAfter"])] = torch.tensor(env["fallAfter"][:self.num_envs])
+        fall[: len(env["fallAfter"])] = torch.tensor(env["fallAfter"][: self.num_envs])
         self.fall_after = fall.to(self.device)
-        self.action_space = types.SimpleNamespace(low=-np.ones(self.num_actions, np.float32),
-                                                  high=np.ones(self.num_actions, np.float32))
+        self.action_space = types.SimpleNamespace(
+            low=-np.ones(self.num_actions, np.float32), high=np.ones(self.num_actions, np.float32)
+        )
         self.obs_buf = torch.zeros(self.num_envs, self.num_obs, device=self.device)
         self.rew_buf = torch.zeros(self.num_envs, device=self.device)
         self.reset_buf = torch.ones(self.num_envs, dtype=torch.long, device=self.device)
@@ -204,7 +223,7 @@ def test_nstep_window_folds_the_rewards_of_each_step():
     for k, transition in enumerate(folded):
         # Episode e's reward at its step s is 100 e + s; the window's oldest step is step k + 1.
         episode = transition["obs"][:, 0]
-        expected = sum(gamma ** j * (100 * episode + k + 1 + j) for j in range(3))
+        expected = sum(gamma**j * (100 * episode + k + 1 + j) for j in range(3))
         assert torch.allclose(transition["reward"], expected)
 
 
@@ -260,7 +279,7 @@ def make(seed, task, num_envs, sim_device, rl_device, graphics_device_id=-1, hea
                        headless=headless, virtual_screen_capture=virtual_screen_capture, force_render=force_render)
 '''
 
-FAKE_CONFIG = '''task_name: ${task.name}
+FAKE_CONFIG = """task_name: ${task.name}
 num_envs: ''
 seed: 42
 physics_engine: physx
@@ -272,9 +291,9 @@ headless: False
 defaults:
   - task: Ant
   - _self_
-'''
+"""
 
-FAKE_ANT = '''name: Ant
+FAKE_ANT = """name: Ant
 physics_engine: ${..physics_engine}
 env:
   numEnvs: ${resolve_default:4096,${...num_envs}}
@@ -284,7 +303,7 @@ env:
   fallAfter: [2, 0, 3]
 sim:
   use_gpu_pipeline: ${eq:${...pipeline},"gpu"}
-'''
+"""
 
 
 @pytest.fixture
@@ -353,10 +372,16 @@ def test_isaacgym_imported_after_torch_says_so(fake_isaacgym, monkeypatch):
 
 
 def test_cli_writes_isaacgym_tasks_as_the_group_option_and_name():
-    assert expand_isaacgym_task(["task=isaacgym/Ant", "algo=sac"]) == ["task=isaacgym", "task.name=isaacgym/Ant",
-                                                                      "algo=sac"]
+    assert expand_isaacgym_task(["task=isaacgym/Ant", "algo=sac"]) == [
+        "task=isaacgym",
+        "task.name=isaacgym/Ant",
+        "algo=sac",
+    ]
     assert expand_isaacgym_task(["-m", "task=isaacgym/Ant,isaacgym/Humanoid"]) == [
-        "-m", "task=isaacgym", "task.name=isaacgym/Ant,isaacgym/Humanoid"]
+        "-m",
+        "task=isaacgym",
+        "task.name=isaacgym/Ant,isaacgym/Humanoid",
+    ]
     assert expand_isaacgym_task(["task=Ant", "task.num_envs=8"]) == ["task=Ant", "task.num_envs=8"]
     with pytest.raises(ConfigError, match="task='Ant,isaacgym/Humanoid'"):
         expand_isaacgym_task(["task=Ant,isaacgym/Humanoid"])
@@ -369,8 +394,13 @@ def test_train_py_without_isaacgym_exits_2_with_one_line(tmp_path):
         pass
     else:
         pytest.skip("Isaac Gym is installed here")
-    proc = subprocess.run([sys.executable, "train.py", "task=isaacgym/Ant", f"hydra.run.dir={tmp_path}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "train.py", "task=isaacgym/Ant", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pql: task isaacgym/Ant: Isaac Gym is not installed"), proc.stderr
@@ -383,10 +413,22 @@ def test_train_py_runs_an_isaacgym_task_in_process_mode(fake_isaacgym, tmp_path)
     root, log = fake_isaacgym
     paths = [str(root), TESTS, *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    cmd = [sys.executable, "train.py", "task=isaacgym/Ant", "task.num_envs=4", "task.eval_envs=2",
-           "runtime.mode=process", "runtime.device=cpu", "runtime.max_env_steps=400", "runtime.eval_every=200",
-           "algo.batch_size=32", "algo.warmup_steps=4", "algo.net.actor_hidden=[16]", "algo.net.critic_hidden=[16]",
-           f"hydra.run.dir={tmp_path / 'run'}"]
+    cmd = [
+        sys.executable,
+        "train.py",
+        "task=isaacgym/Ant",
+        "task.num_envs=4",
+        "task.eval_envs=2",
+        "runtime.mode=process",
+        "runtime.device=cpu",
+        "runtime.max_env_steps=400",
+        "runtime.eval_every=200",
+        "algo.batch_size=32",
+        "algo.warmup_steps=4",
+        "algo.net.actor_hidden=[16]",
+        "algo.net.critic_hidden=[16]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pql: done" in proc.stdout

@@ -1,12 +1,13 @@
 """Learning tests: seeded, on CPU, in a few minutes. InvertedPendulum's return is capped at
 1000 (one per step alive); a random policy falls within a few steps (return < 20)."""
+
 import numpy as np
 import pytest
 import torch
 
-from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
 from pql.checkpoint import load_checkpoint
 from pql.envs import build_env, to_env_action
+from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
 from pql.nets import ObsNormalizer
 from pql.runtime import train
 from pql.runtime.off_policy.roles import make_rules
@@ -14,9 +15,19 @@ from pql.runtime.run import EVAL_SEED_OFFSET
 
 # runtime.eval_max_share=1: an evaluation every eval_every env steps, however long it takes, so
 # that a run stops at the first that solves it (the default spacing by time would let it go on).
-PENDULUM = ["task=InvertedPendulum", "task.num_envs=16", "runtime.max_env_steps=2000000", "runtime.max_time_s=170",
-            "runtime.eval_every=2000", "runtime.eval_max_share=1", "runtime.stop_at_return=900", "runtime.log_every_s=15",
-            "runtime.checkpoint_every=1000000000", "algo.net.actor_hidden=[64,64]", "algo.net.critic_hidden=[64,64]"]
+PENDULUM = [
+    "task=InvertedPendulum",
+    "task.num_envs=16",
+    "runtime.max_env_steps=2000000",
+    "runtime.max_time_s=170",
+    "runtime.eval_every=2000",
+    "runtime.eval_max_share=1",
+    "runtime.stop_at_return=900",
+    "runtime.log_every_s=15",
+    "runtime.checkpoint_every=1000000000",
+    "algo.net.actor_hidden=[64,64]",
+    "algo.net.critic_hidden=[64,64]",
+]
 OFF_POLICY = ["algo.batch_size=256", "algo.beta_av=8"]  # the on-policy algorithms have neither
 
 
@@ -53,8 +64,9 @@ def test_pql_solves_inverted_pendulum_with_its_roles_in_processes(make_config):
 @pytest.mark.slow
 @pytest.mark.parametrize("priority_mode", ["proportional", "rank"])
 def test_pql_with_prioritized_replay_solves_inverted_pendulum(make_config, priority_mode):
-    solve_pendulum(make_config, ["replay.kind=prioritized", f"replay.priority_mode={priority_mode}"],
-                   max_env_steps=40_000)
+    solve_pendulum(
+        make_config, ["replay.kind=prioritized", f"replay.priority_mode={priority_mode}"], max_env_steps=40_000
+    )
 
 
 # InvertedDoublePendulum: about 9.35 per step balanced, so at most ~9,350; a policy of uniform random
@@ -66,12 +78,22 @@ def test_pql_with_prioritized_replay_solves_inverted_pendulum(make_config, prior
 # 140 s), and seed 0 then stayed at 9,358 through 120k: 80k is the budget, and the time limit only
 # stops a run on a machine far slower. torch_threads=1: on a CPU that other work keeps busy, torch's
 # default of a thread per core made each update 50 times slower there (25 ms against 0.5 ms).
-DOUBLE_PENDULUM = ["task=InvertedDoublePendulum", "task.num_envs=16", "runtime.mode=sequential",
-                   "runtime.torch_threads=1", "runtime.max_env_steps=80000", "runtime.max_time_s=900",
-                   "runtime.eval_every=4000", "runtime.eval_max_share=1", "runtime.stop_at_return=9000",
-                   "runtime.log_every_s=15",
-                   "runtime.checkpoint_every=1000000000", "algo.batch_size=256", "algo.net.actor_hidden=[64,64]",
-                   "algo.net.critic_hidden=[64,64]"]
+DOUBLE_PENDULUM = [
+    "task=InvertedDoublePendulum",
+    "task.num_envs=16",
+    "runtime.mode=sequential",
+    "runtime.torch_threads=1",
+    "runtime.max_env_steps=80000",
+    "runtime.max_time_s=900",
+    "runtime.eval_every=4000",
+    "runtime.eval_max_share=1",
+    "runtime.stop_at_return=9000",
+    "runtime.log_every_s=15",
+    "runtime.checkpoint_every=1000000000",
+    "algo.batch_size=256",
+    "algo.net.actor_hidden=[64,64]",
+    "algo.net.critic_hidden=[64,64]",
+]
 
 
 @pytest.mark.slow
@@ -113,9 +135,17 @@ ANT_MIN_DISTANCE = 30.0  # metres; standing still: ~0.1; it was 10 before the CP
 
 @pytest.mark.slow
 def test_ant_learns_to_walk(make_config, tmp_path):
-    cfg = make_config(["task=Ant", "runtime.mode=sequential", f"runtime.max_env_steps={ANT_ENV_STEPS}",
-                       "runtime.max_time_s=3600", "runtime.eval_every=20000", "runtime.log_every_s=30",
-                       "runtime.checkpoint_every=1000000000"])
+    cfg = make_config(
+        [
+            "task=Ant",
+            "runtime.mode=sequential",
+            f"runtime.max_env_steps={ANT_ENV_STEPS}",
+            "runtime.max_time_s=3600",
+            "runtime.eval_every=20000",
+            "runtime.log_every_s=30",
+            "runtime.checkpoint_every=1000000000",
+        ]
+    )
     final = train(cfg)
     evals = read_metrics(str(tmp_path / METRICS_CSV))[EVAL_RETURN]
     state = load_checkpoint(tmp_path / "checkpoint.pt")
@@ -127,8 +157,10 @@ def test_ant_learns_to_walk(make_config, tmp_path):
     normalizer.load_state_dict(state["normalizer"])
     distance, _ = forward_distance_and_return(env, lambda obs: policy(normalizer(obs)))
     standing_distance, standing = forward_distance_and_return(env, lambda obs: torch.zeros(len(obs), env.act_dim))
-    print(f"Ant: standing still {standing:.0f} ({standing_distance:.2f} m); pql evaluations "
-          f"{np.round(evals[np.isfinite(evals)]).tolist()} over {final['time/elapsed_s']:.0f}s; final policy "
-          f"walks {distance:.1f} m")
+    print(
+        f"Ant: standing still {standing:.0f} ({standing_distance:.2f} m); pql evaluations "
+        f"{np.round(evals[np.isfinite(evals)]).tolist()} over {final['time/elapsed_s']:.0f}s; final policy "
+        f"walks {distance:.1f} m"
+    )
     assert final[EVAL_RETURN] > standing, (standing, final)
     assert distance >= ANT_MIN_DISTANCE, distance

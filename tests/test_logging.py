@@ -1,4 +1,5 @@
 """RunLogger on real files: TensorBoard events, metrics.csv with late keys, the PNG, wandb offline."""
+
 import csv
 import glob
 import json
@@ -29,7 +30,10 @@ def test_csv_tensorboard_and_learning_curve(tmp_path):
     rows = _rows(run_dir)
     assert list(rows[0]) == ["env_steps", "wall_time_s", "loss/critic", EVAL_RETURN]
     assert [(r["env_steps"], r["loss/critic"], r[EVAL_RETURN]) for r in rows] == [
-        ("1000", "0.5", ""), ("2000", "0.25", "10.0"), ("3000", "", "20.0")]
+        ("1000", "0.5", ""),
+        ("2000", "0.25", "10.0"),
+        ("3000", "", "20.0"),
+    ]
     assert all(float(r["wall_time_s"]) >= 0 for r in rows)
     logger.close()
     logger.close()  # idempotent: a `finally` may close again
@@ -85,14 +89,27 @@ def test_progress_is_throttled_and_remembers_the_last_eval(tmp_path, capsys):
 
 
 def test_progress_line():
-    line = format_progress(1_200_000, 2_000_000, 40_000.0, 30.0, {
-        "updates_per_s/v_learner": 5200.0, "updates_per_s/p_learner": 2600.0,
-        "ratio/beta_av": 8.0, "ratio/beta_pv": 2.004, EVAL_RETURN: 3512.44,
-        "loss/critic": 0.41234, "loss/actor": -61.3, "other/ignored": 1.0})
-    assert line == ("1.20M/2.00M steps 60.0% | 40.0k steps/s | upd/s v_learner 5.20k p_learner 2.60k | "
-                    "ratio beta_av 8.00 beta_pv 2.00 | return 3512.4 | loss critic 0.412 actor -61.3 | "
-                    "0:00:30 elapsed, 0:00:20 left")
-
+    line = format_progress(
+        1_200_000,
+        2_000_000,
+        40_000.0,
+        30.0,
+        {
+            "updates_per_s/v_learner": 5200.0,
+            "updates_per_s/p_learner": 2600.0,
+            "ratio/beta_av": 8.0,
+            "ratio/beta_pv": 2.004,
+            EVAL_RETURN: 3512.44,
+            "loss/critic": 0.41234,
+            "loss/actor": -61.3,
+            "other/ignored": 1.0,
+        },
+    )
+    assert line == (
+        "1.20M/2.00M steps 60.0% | 40.0k steps/s | upd/s v_learner 5.20k p_learner 2.60k | "
+        "ratio beta_av 8.00 beta_pv 2.00 | return 3512.4 | loss critic 0.412 actor -61.3 | "
+        "0:00:30 elapsed, 0:00:20 left"
+    )
 
 
 def test_time_left_is_the_sooner_of_step_budget_and_wall_time_limit():
@@ -102,6 +119,7 @@ def test_time_left_is_the_sooner_of_step_budget_and_wall_time_limit():
     by_time = format_progress(1_200_000, 2_000_000, 40_000.0, 30.0, {}, max_time_s=3600.0)
     assert by_time.endswith("0:00:30 elapsed, 0:00:20 left")
     assert format_progress(0, 100, None, 5.0, {}).endswith("0:00:05 elapsed, ? left")
+
 
 def test_wandb_settings_are_checked():
     with pytest.raises(ValueError, match="wandb.mode='cloud'"):

@@ -1,6 +1,7 @@
 """The private MPS daemon of a run (pql/runtime/mps.py), against a fake nvidia-cuda-mps-control: a
 script that records each call and, for `-d`, starts a real background process standing in for
 the daemon (in a session of its own, as the real daemon detaches), which `quit` stops."""
+
 import json
 import os
 import signal
@@ -10,10 +11,10 @@ import textwrap
 import time
 
 import pytest
+from conftest import ROOT, alive, compose_config, running
 
 from pql.config import ConfigError
 from pql.runtime import mps
-from conftest import ROOT, alive, compose_config, running
 
 FAKE_CONTROL = textwrap.dedent(f"""\
     #!{sys.executable}
@@ -78,8 +79,12 @@ def test_auto_starts_a_private_daemon_for_the_block_and_stops_it(fake_control, c
         pid = daemon_pid(fake_control())
         assert alive(pid)
         # What a role process started now inherits: the private pipe directory.
-        child = subprocess.run([sys.executable, "-c", f"import os; print(os.environ['{mps.PIPE_ENV}'])"],
-                               capture_output=True, text=True, check=True)
+        child = subprocess.run(
+            [sys.executable, "-c", f"import os; print(os.environ['{mps.PIPE_ENV}'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert child.stdout.strip() == pipe
     assert wait_gone(pid)
     assert mps.PIPE_ENV not in os.environ and mps.LOG_ENV not in os.environ
@@ -103,8 +108,11 @@ def test_auto_runs_without_mps_and_says_why_in_one_line_when_the_daemon_fails(fa
         assert daemon is None and mps.PIPE_ENV not in os.environ
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "MPS not used" in out and "already running" in out, out
-    assert not [d for d in os.listdir("/tmp") if d.startswith("pql-mps-") and
-                os.path.getmtime(os.path.join("/tmp", d)) > time.time() - 5]  # its directories are removed
+    assert not [
+        d
+        for d in os.listdir("/tmp")
+        if d.startswith("pql-mps-") and os.path.getmtime(os.path.join("/tmp", d)) > time.time() - 5
+    ]  # its directories are removed
 
 
 def test_auto_without_the_control_binary_says_so(monkeypatch, tmp_path, capsys):
@@ -165,7 +173,9 @@ def test_a_sweep_agrees_on_one_mps_setting(tmp_path):
     gpu.runtime.device = "cuda:0"  # as resolved on a machine with a GPU
     assert mps.plan([gpu], 1) == ("on", None)
     assert mps.plan([gpu], 2)[1].startswith("under torchrun")
-    with pytest.raises(ConfigError, match=r"runtime.mps='auto,on' is not allowed; expected one value for every job of a sweep"):
+    with pytest.raises(
+        ConfigError, match=r"runtime.mps='auto,on' is not allowed; expected one value for every job of a sweep"
+    ):
         mps.plan([cpu, gpu], 1)
 
 
@@ -174,8 +184,15 @@ def test_a_run_with_runtime_mps_on_starts_the_daemon_and_stops_it_on_sigterm(fak
     """End to end through train.py: the daemon starts before Hydra runs the job, the role
     processes are its clients (they inherit its pipe directory), and SIGTERM, which writes a
     checkpoint and exits 143, also stops the daemon."""
-    cmd = [sys.executable, os.path.join(ROOT, "train.py"), "task=InvertedPendulum", "runtime.device=cpu",
-           "runtime.mps=on", "runtime.max_time_s=120", f"hydra.run.dir={tmp_path / 'run'}"]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "train.py"),
+        "task=InvertedPendulum",
+        "runtime.device=cpu",
+        "runtime.mps=on",
+        "runtime.max_time_s=120",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
     with running(cmd) as proc:
         lines = []
         while not any("roles started" in line for line in lines):
@@ -184,8 +201,9 @@ def test_a_run_with_runtime_mps_on_starts_the_daemon_and_stops_it_on_sigterm(fak
             lines.append(line)
         assert any("pql: MPS: a daemon of this run's own" in line for line in lines), lines
         pid = daemon_pid(fake_control())
-        roles = [int(p.split("=")[1]) for p in next(line for line in lines if "roles started" in line).split()
-                 if "=" in p]
+        roles = [
+            int(p.split("=")[1]) for p in next(line for line in lines if "roles started" in line).split() if "=" in p
+        ]
         for role in roles:
             with open(f"/proc/{role}/environ", "rb") as f:
                 assert f"{mps.PIPE_ENV}=/tmp/pql-mps-".encode() in f.read()

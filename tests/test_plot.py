@@ -1,4 +1,5 @@
 """`python -m pql.plot` on fake run directories, as Hydra lays them out."""
+
 import json
 import subprocess
 import sys
@@ -6,8 +7,7 @@ import sys
 import numpy as np
 
 from pql.logging.curves import SE, plot_curves, plot_task_panels
-from pql.plot import (find_runs, labels_and_title, load_curves, main, mean_over_seeds, seed_means, task_of,
-                      task_panels)
+from pql.plot import find_runs, labels_and_title, load_curves, main, mean_over_seeds, seed_means, task_of, task_panels
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -45,7 +45,11 @@ def test_multirun_directory_expands_to_its_runs(tmp_path, capsys):
     assert (sweep / "compare_eval_return.png").read_bytes().startswith(PNG_SIGNATURE)
     assert "skipping" in captured.err and "3" in captured.err
     labels, _ = labels_and_title([str(sweep / d) for d in ("0", "1", "10")])
-    assert labels == ["algo.beta_pv=2, runtime.seed=0", "algo.beta_pv=2, runtime.seed=1", "algo.beta_pv=8, runtime.seed=0"]
+    assert labels == [
+        "algo.beta_pv=2, runtime.seed=0",
+        "algo.beta_pv=2, runtime.seed=1",
+        "algo.beta_pv=8, runtime.seed=0",
+    ]
 
 
 def test_seeds_of_one_setting_are_drawn_as_their_mean(tmp_path, capsys):
@@ -62,7 +66,9 @@ def test_seeds_of_one_setting_are_drawn_as_their_mean(tmp_path, capsys):
     assert single["eval/return"].tolist() == [2.0, 4.0, 6.0] and "eval/return" + SE not in single
     curves, seeds = seed_means(load_curves(find_runs([str(sweep)]), "eval/return"), "eval/return")
     assert labels_and_title([d for d, _ in curves], seeds) == (
-        ["algo.beta_pv=2 (mean of 2 seeds)", "algo.beta_pv=4"], "task=Ant")
+        ["algo.beta_pv=2 (mean of 2 seeds)", "algo.beta_pv=4"],
+        "task=Ant",
+    )
     plain = [_fake_run(tmp_path / d, [], [1.0, 2.0]) for d in ("x", "y")]  # no seed: never merged
     assert len(mean_over_seeds(load_curves(find_runs(list(map(str, plain))), "eval/return"), "eval/return")) == 2
     fig = plot_curves([("a", both)], "eval/return", str(tmp_path / "m.png"))
@@ -76,13 +82,17 @@ def test_seeds_of_one_setting_are_drawn_as_their_mean(tmp_path, capsys):
 
 
 def test_runs_of_several_tasks_get_a_panel_per_task(tmp_path, capsys):
-    runs = [_fake_run(tmp_path / "a0", ["task=Ant", "runtime.seed=0"], [1.0, 900.0], task="Ant"),
-            _fake_run(tmp_path / "h0", ["task=Hopper", "runtime.seed=0"], [5.0, 30.0], task="Hopper"),
-            _fake_run(tmp_path / "a1", ["task=Ant", "runtime.seed=1"], [2.0, 700.0], task="Ant")]
+    runs = [
+        _fake_run(tmp_path / "a0", ["task=Ant", "runtime.seed=0"], [1.0, 900.0], task="Ant"),
+        _fake_run(tmp_path / "h0", ["task=Hopper", "runtime.seed=0"], [5.0, 30.0], task="Hopper"),
+        _fake_run(tmp_path / "a1", ["task=Ant", "runtime.seed=1"], [2.0, 700.0], task="Ant"),
+    ]
     curves = load_curves(find_runs([str(r) for r in runs]), "eval/return")
     panels = task_panels(curves, [task_of(d) for d, _ in curves])
     assert [(task, [label for label, _ in group]) for task, group in panels] == [
-        ("Ant", ["runtime.seed=0", "runtime.seed=1"]), ("Hopper", [None])]
+        ("Ant", ["runtime.seed=0", "runtime.seed=1"]),
+        ("Hopper", [None]),
+    ]
     assert list(panels[1][1][0][1]["eval/return"]) == [5.0, 30.0]
     out = tmp_path / "tasks.png"
     assert main([*map(str, runs), "--out", str(out)]) == 0
@@ -93,8 +103,10 @@ def test_runs_of_several_tasks_get_a_panel_per_task(tmp_path, capsys):
 
 
 def test_task_panels_against_wall_time(tmp_path):
-    runs = [_fake_run(tmp_path / "a", ["task=Ant"], [1.0, 900.0, 950.0], task="Ant"),
-            _fake_run(tmp_path / "h", ["task=Hopper"], [5.0, 30.0], task="Hopper")]
+    runs = [
+        _fake_run(tmp_path / "a", ["task=Ant"], [1.0, 900.0, 950.0], task="Ant"),
+        _fake_run(tmp_path / "h", ["task=Hopper"], [5.0, 30.0], task="Hopper"),
+    ]
     curves = load_curves(find_runs([str(r) for r in runs]), "eval/return")
     panels = task_panels(curves, [task_of(d) for d, _ in curves])
     fig = plot_task_panels(panels, "eval/return", str(tmp_path / "t.png"), "wall_time_s")
@@ -120,18 +132,21 @@ def test_empty_metrics_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_bad_directory_exits_2_without_traceback(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "pql.plot", str(tmp_path / "missing")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pql.plot", str(tmp_path / "missing")], capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == f"pql.plot: error: {tmp_path / 'missing'}: no such directory"
 
 
 def test_a_setting_has_one_colour_in_every_task_panel(tmp_path):
-    runs = [_fake_run(tmp_path / "r0", ["algo.tau=0.05", "runtime.seed=0"], [-9.0, -8.0], task="Reacher"),
-            _fake_run(tmp_path / "r1", ["algo.tau=0.05", "runtime.seed=1"], [-10.0, -9.0], task="Reacher"),
-            _fake_run(tmp_path / "r2", ["algo.tau=0.01", "runtime.seed=0"], [-9.5, -7.0], task="Reacher"),
-            _fake_run(tmp_path / "h0", ["algo.tau=0.01", "runtime.seed=0"], [900.0, 1500.0], task="HalfCheetah"),
-            _fake_run(tmp_path / "h1", ["algo.tau=0.05", "runtime.seed=0"], [1800.0, 4300.0], task="HalfCheetah")]
+    runs = [
+        _fake_run(tmp_path / "r0", ["algo.tau=0.05", "runtime.seed=0"], [-9.0, -8.0], task="Reacher"),
+        _fake_run(tmp_path / "r1", ["algo.tau=0.05", "runtime.seed=1"], [-10.0, -9.0], task="Reacher"),
+        _fake_run(tmp_path / "r2", ["algo.tau=0.01", "runtime.seed=0"], [-9.5, -7.0], task="Reacher"),
+        _fake_run(tmp_path / "h0", ["algo.tau=0.01", "runtime.seed=0"], [900.0, 1500.0], task="HalfCheetah"),
+        _fake_run(tmp_path / "h1", ["algo.tau=0.05", "runtime.seed=0"], [1800.0, 4300.0], task="HalfCheetah"),
+    ]
     curves = load_curves(find_runs([str(r) for r in runs]), "eval/return")
     curves, seeds = seed_means(curves, "eval/return")
     panels = task_panels(curves, [task_of(d) for d, _ in curves], seeds)

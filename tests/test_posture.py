@@ -1,5 +1,6 @@
 """bench/posture.py: tells a HalfCheetah upright from one on its back, on real MuJoCo, and reads
 real checkpoints written by pql's save_checkpoint."""
+
 import csv
 import os
 import sys
@@ -47,9 +48,17 @@ def write_checkpoint(path, make_config, task: str) -> None:
     with torch.no_grad():
         for p in policy.parameters():
             p.zero_()  # a policy that holds still
-    save_checkpoint(path, {"algo": cfg.algo.name, "task": cfg.task.name, "config": to_dict(cfg),
-                           "counters": {"env_steps": 1234}, "policy": policy.state_dict(),
-                           "normalizer": ObsNormalizer(obs_dim).state_dict()})
+    save_checkpoint(
+        path,
+        {
+            "algo": cfg.algo.name,
+            "task": cfg.task.name,
+            "config": to_dict(cfg),
+            "counters": {"env_steps": 1234},
+            "policy": policy.state_dict(),
+            "normalizer": ObsNormalizer(obs_dim).state_dict(),
+        },
+    )
 
 
 def test_reads_a_run_directory_and_writes_csv(tmp_path, make_config, capsys):

@@ -1,5 +1,6 @@
 """PPO: GAE, the clipped surrogate and the clipped value loss against slow references written
 here from the definitions, and learning InvertedPendulum."""
+
 import pytest
 import torch
 
@@ -55,8 +56,13 @@ def test_clipped_value_loss_matches_reference():
     gen = torch.Generator().manual_seed(2)
     values, old_values, returns = (torch.randn(64, generator=gen) for _ in range(3))
     loss = clipped_value_loss(values, old_values, returns, value_clip=0.2)
-    want = sum(max((v - r) ** 2, (o + min(max(v - o, -0.2), 0.2) - r) ** 2)
-               for v, o, r in zip(values.tolist(), old_values.tolist(), returns.tolist())) / 64
+    want = (
+        sum(
+            max((v - r) ** 2, (o + min(max(v - o, -0.2), 0.2) - r) ** 2)
+            for v, o, r in zip(values.tolist(), old_values.tolist(), returns.tolist())
+        )
+        / 64
+    )
     assert loss.item() == pytest.approx(want, rel=1e-5)
 
 
@@ -73,9 +79,15 @@ def test_update_improves_the_surrogate_on_its_rollout():
         action = dist.sample()
         log_prob = dist.log_prob(action).sum(-1)
     reward = action.squeeze(-1).view(T, N)  # larger actions are better
-    rollout = {"obs": obs, "final_obs": torch.randn(T, N, 3), "action": action.view(T, N, 1),
-               "log_prob": log_prob.view(T, N), "reward": reward,
-               "terminated": torch.zeros(T, N, dtype=torch.bool), "truncated": torch.zeros(T, N, dtype=torch.bool)}
+    rollout = {
+        "obs": obs,
+        "final_obs": torch.randn(T, N, 3),
+        "action": action.view(T, N, 1),
+        "log_prob": log_prob.view(T, N),
+        "reward": reward,
+        "terminated": torch.zeros(T, N, dtype=torch.bool),
+        "truncated": torch.zeros(T, N, dtype=torch.bool),
+    }
     mean_before = ppo.policy(obs.flatten(0, 1)).mean()
     info = ppo.update(rollout)
     assert ppo.policy(obs.flatten(0, 1)).mean() > mean_before

@@ -1,5 +1,6 @@
 """PQL-D: the C51 projection against a slow per-sample, per-atom reference, the choice of the
 target head, the losses, and learning InvertedPendulum on the real runtime."""
+
 import math
 
 import pytest
@@ -83,9 +84,13 @@ def make_algo(**overrides):
 
 
 def random_batch(batch, g):
-    batch_ = {"obs": torch.randn(batch, 4, generator=g), "action": torch.rand(batch, 2, generator=g) * 2 - 1,
-              "reward": torch.randn(batch, generator=g), "next_obs": torch.randn(batch, 4, generator=g),
-              "discount": torch.rand(batch, generator=g)}
+    batch_ = {
+        "obs": torch.randn(batch, 4, generator=g),
+        "action": torch.rand(batch, 2, generator=g) * 2 - 1,
+        "reward": torch.randn(batch, generator=g),
+        "next_obs": torch.randn(batch, 4, generator=g),
+        "discount": torch.rand(batch, generator=g),
+    }
     batch_["discount"][:4] = 0.0
     return batch_
 
@@ -106,7 +111,7 @@ def test_target_is_projected_distribution_of_head_with_smaller_mean():
         p1, p2 = logits1[b].softmax(-1), logits2[b].softmax(-1)
         head, p = (1, p1) if float(p1 @ support) <= float(p2 @ support) else (2, p2)
         picked_head[head] += 1
-        want = reference_projection(batch["reward"][b:b + 1], batch["discount"][b:b + 1], p.unsqueeze(0), -5.0, 5.0)
+        want = reference_projection(batch["reward"][b : b + 1], batch["discount"][b : b + 1], p.unsqueeze(0), -5.0, 5.0)
         assert torch.allclose(got[b].double(), want[0], atol=1e-5)
     assert picked_head[1] > 0 and picked_head[2] > 0  # the test exercises both branches
 
@@ -119,8 +124,12 @@ def test_greedy_target_picks_the_distribution_with_the_larger_mean():
     policy, critic = algo.make_policy(), algo.make_critic()
     g = torch.Generator().manual_seed(4)
     n_step, one_step = random_batch(48, g), random_batch(48, g)
-    batch = {**n_step, "reward1": one_step["reward"], "next_obs1": one_step["next_obs"],
-             "discount1": one_step["discount"]}
+    batch = {
+        **n_step,
+        "reward1": one_step["reward"],
+        "next_obs1": one_step["next_obs"],
+        "discount1": one_step["discount"],
+    }
     got = algo.td_target(batch, critic, policy)
     want_n, want_1 = algo.td_target(n_step, critic, policy), algo.td_target(one_step, critic, policy)
     support = torch.linspace(-5.0, 5.0, 21)

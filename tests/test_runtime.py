@@ -1,4 +1,5 @@
 """The three-role runtime: exact ratios, determinism, supervision, checkpoints and resume."""
+
 import os
 import re
 import signal
@@ -11,39 +12,53 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from conftest import alive, running, started_roles
 
 from pql import __version__
 from pql.checkpoint import load_checkpoint
-from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
-from pql.logging import run_logger as run_logger_module
 from pql.config import ConfigError
 from pql.envs import build_env
 from pql.evaluate import evaluate
+from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
+from pql.logging import run_logger as run_logger_module
 from pql.nets import ObsNormalizer
 from pql.runtime import device as device_module
 from pql.runtime import evaluation as evaluate_module
 from pql.runtime import run as run_module
 from pql.runtime import train
 from pql.runtime.control import RatioController, RatioCounters
+from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
+from pql.runtime.off_policy.runner import OffPolicyRunner
 from pql.runtime.run import EVAL_SEED_OFFSET
 from pql.runtime.shared import RunCounters, RunStats, Wakeup, make_shared_state
 from pql.runtime.supervisor import role_process
 from pql.runtime.weight_sync import SharedWeights
-from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
-from pql.runtime.off_policy.runner import OffPolicyRunner
-
-from conftest import alive, running, started_roles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMALL = ["task=InvertedPendulum", "task.num_envs=8", "algo.batch_size=64", "algo.net.actor_hidden=[32,32]",
-         "algo.net.critic_hidden=[32,32]", "runtime.eval_every=1000000000", "runtime.log_every_s=5",
-         "task.eval_envs=2", "algo.warmup_steps=4"]
+SMALL = [
+    "task=InvertedPendulum",
+    "task.num_envs=8",
+    "algo.batch_size=64",
+    "algo.net.actor_hidden=[32,32]",
+    "algo.net.critic_hidden=[32,32]",
+    "runtime.eval_every=1000000000",
+    "runtime.log_every_s=5",
+    "task.eval_envs=2",
+    "algo.warmup_steps=4",
+]
 
 
 def endless_run(run_dir, *overrides: str, mode: str = "process") -> list[str]:
     """train.py on SMALL in `run_dir` with no step budget to end it: the test stops it, or it fails."""
-    return [sys.executable, "train.py", *SMALL, f"runtime.mode={mode}", "runtime.max_env_steps=100000000",
-            *overrides, f"hydra.run.dir={run_dir}"]
+    return [
+        sys.executable,
+        "train.py",
+        *SMALL,
+        f"runtime.mode={mode}",
+        "runtime.max_env_steps=100000000",
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
 
 
 def measured_ratios(counters: dict, warmup_steps: int = 4) -> tuple[float, float]:
@@ -54,8 +69,18 @@ def measured_ratios(counters: dict, warmup_steps: int = 4) -> tuple[float, float
 
 @pytest.mark.slow
 def test_process_mode_holds_the_configured_ratios(make_config):
-    cfg = make_config(SMALL + ["runtime.mode=process", "runtime.max_env_steps=6000", "algo.beta_av=4", "algo.beta_pv=3",
-                               "runtime.actor_device=cpu", "runtime.v_learner_device=cpu", "runtime.p_learner_device=cpu"])
+    cfg = make_config(
+        SMALL
+        + [
+            "runtime.mode=process",
+            "runtime.max_env_steps=6000",
+            "algo.beta_av=4",
+            "algo.beta_pv=3",
+            "runtime.actor_device=cpu",
+            "runtime.v_learner_device=cpu",
+            "runtime.p_learner_device=cpu",
+        ]
+    )
     train(cfg)
     beta_av, beta_pv = measured_ratios(load_checkpoint(os.path.join(cfg.run_dir, "checkpoint.pt"))["counters"])
     assert abs(beta_av - 4) / 4 < 0.05, beta_av
@@ -96,8 +121,17 @@ def test_early_ratio_allows_its_updates_for_the_first_actor_steps_of_the_run():
 
 def test_a_run_ends_at_the_early_and_the_plain_ratios_counts(make_config):
     """Sequential mode catches the learners up exactly: the early steps' updates and the rest's."""
-    cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=800", "runtime.device=cpu",
-                               "algo.beta_av=2", "algo.early_beta_av=8", "algo.early_steps=20"])
+    cfg = make_config(
+        SMALL
+        + [
+            "runtime.mode=sequential",
+            "runtime.max_env_steps=800",
+            "runtime.device=cpu",
+            "algo.beta_av=2",
+            "algo.early_beta_av=8",
+            "algo.early_steps=20",
+        ]
+    )
     train(cfg)
     counters = load_checkpoint(os.path.join(cfg.run_dir, "checkpoint.pt"))["counters"]
     counted = counters["actor_steps"] - 4  # SMALL's warm-up
@@ -106,12 +140,21 @@ def test_a_run_ends_at_the_early_and_the_plain_ratios_counts(make_config):
 
 
 def test_placement_on_a_machine_without_those_gpus_is_one_line(tmp_path):
-    cmd = [sys.executable, "train.py", *SMALL, "runtime.actor_device=cuda:0", "runtime.v_learner_device=cuda:1",
-           "runtime.p_learner_device=cuda:1", f"hydra.run.dir={tmp_path}"]
+    cmd = [
+        sys.executable,
+        "train.py",
+        *SMALL,
+        "runtime.actor_device=cuda:0",
+        "runtime.v_learner_device=cuda:1",
+        "runtime.p_learner_device=cuda:1",
+        f"hydra.run.dir={tmp_path}",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == ("pql: config error: runtime.actor_device='cuda:0' is not allowed; expected cpu or "
-                                   "auto: no CUDA device is available")
+    assert proc.stderr.strip() == (
+        "pql: config error: runtime.actor_device='cuda:0' is not allowed; expected cpu or "
+        "auto: no CUDA device is available"
+    )
 
 
 @pytest.mark.slow
@@ -121,8 +164,11 @@ def test_sequential_mode_is_deterministic(make_config, tmp_path):
     whatever order the threads run, so runs there agree only statistically."""
     finals = []
     for run in ("a", "b"):
-        cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=800", "runtime.device=cpu",
-                                   "task.backend=mujoco"], run_dir=tmp_path / run)
+        cfg = make_config(
+            SMALL
+            + ["runtime.mode=sequential", "runtime.max_env_steps=800", "runtime.device=cpu", "task.backend=mujoco"],
+            run_dir=tmp_path / run,
+        )
         train(cfg)
         finals.append(load_checkpoint(tmp_path / run / "checkpoint.pt"))
     for k, v in finals[0]["policy"].items():
@@ -138,6 +184,7 @@ def test_sequential_mode_waits_for_copies_in_flight(make_config, tmp_path, monke
     with no role ready; sequential mode then waits for the device rather than calling the
     schedule stuck (it did so on an H200). Here each fence lands only once the host has waited
     for the device after it was recorded, the slowest a GPU stream can be."""
+
     def record(fence):
         fence.syncs_at_record = device_module.sync_count()
         return fence
@@ -145,8 +192,9 @@ def test_sequential_mode_waits_for_copies_in_flight(make_config, tmp_path, monke
     monkeypatch.setattr(device_module.Fence, "record", record)
     monkeypatch.setattr(device_module.Fence, "done", lambda fence: device_module.sync_count() > fence.syncs_at_record)
     # A warm-up longer than the ring, as on a GPU: the ring fills before any learner may update.
-    cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600", "runtime.device=cpu",
-                               "algo.warmup_steps=32"])
+    cfg = make_config(
+        SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600", "runtime.device=cpu", "algo.warmup_steps=32"]
+    )
     train(cfg)
     counters = load_checkpoint(tmp_path / "checkpoint.pt")["counters"]
     assert counters["env_steps"] >= 1600
@@ -173,8 +221,19 @@ def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tm
     monkeypatch.setattr(evaluate_module, "evaluate", evaluation_of_eval_s)
     for module in (run_module, run_logger_module, evaluate_module):
         monkeypatch.setattr(module, "time", run_clock)
-    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=100000000", "runtime.device=cpu",
-                               f"runtime.max_time_s={limit}", "runtime.eval_every=8", "runtime.eval_max_share=1"]))
+    train(
+        make_config(
+            SMALL
+            + [
+                "runtime.mode=sequential",
+                "runtime.max_env_steps=100000000",
+                "runtime.device=cpu",
+                f"runtime.max_time_s={limit}",
+                "runtime.eval_every=8",
+                "runtime.eval_max_share=1",
+            ]
+        )
+    )
     columns = read_metrics(tmp_path / METRICS_CSV)
     ends = list(columns["wall_time_s"][~np.isnan(columns[EVAL_RETURN])])
     assert len(ends) == 3, ends
@@ -190,15 +249,27 @@ def test_rates_logged_after_an_evaluation_count_the_steps_made_during_it(make_co
     H200, 21-24 s), and the last interval of a 3-minute Ant run read 2.3 times its true rate.
     Each evaluation here takes 1 s, in which the roles make steps; the rates row of the same tick
     must hold them."""
+
     def one_second_evaluation(*args):
         time.sleep(1.0)
         return 0.0, 1.0
 
     monkeypatch.setattr(evaluate_module, "evaluate", one_second_evaluation)
     monkeypatch.setattr(OffPolicyRunner, "trains_elsewhere", False)
-    train(make_config(SMALL + ["runtime.mode=process", "runtime.max_env_steps=100000000", "runtime.device=cpu",
-                               "runtime.max_time_s=20", "runtime.eval_every=200", "runtime.log_every_s=0.5",
-                               "runtime.eval_max_share=1"]))
+    train(
+        make_config(
+            SMALL
+            + [
+                "runtime.mode=process",
+                "runtime.max_env_steps=100000000",
+                "runtime.device=cpu",
+                "runtime.max_time_s=20",
+                "runtime.eval_every=200",
+                "runtime.log_every_s=0.5",
+                "runtime.eval_max_share=1",
+            ]
+        )
+    )
     columns = read_metrics(tmp_path / METRICS_CSV)
     # Not the final tick's: the roles may have finished by then.
     evaluated = np.flatnonzero(~np.isnan(columns[EVAL_RETURN]))
@@ -225,8 +296,11 @@ def test_resume_continues_counters_and_training(make_config, tmp_path, mode):
     train(first)
     saved = load_checkpoint(tmp_path / "first" / "checkpoint.pt")
     assert saved["counters"]["env_steps"] >= 600
-    second = make_config(SMALL + [f"runtime.mode={mode}", "runtime.max_env_steps=1200",
-                                  f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"], run_dir=tmp_path / "second")
+    second = make_config(
+        SMALL
+        + [f"runtime.mode={mode}", "runtime.max_env_steps=1200", f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"],
+        run_dir=tmp_path / "second",
+    )
     train(second)
     resumed = load_checkpoint(tmp_path / "second" / "checkpoint.pt")
     for name in ("env_steps", "actor_steps", "critic_updates", "policy_updates", "episodes"):
@@ -237,8 +311,14 @@ def test_resume_continues_counters_and_training(make_config, tmp_path, mode):
     assert not [f for f in os.listdir(tmp_path / "second") if f.endswith(".tmp")]
 
 
-RESUMABLE = [("pql", "sequential"), ("pql", "process"), ("sac", "sequential"), ("ppo", "sequential"),
-             ("impala", "sequential"), ("impala", "process")]
+RESUMABLE = [
+    ("pql", "sequential"),
+    ("pql", "process"),
+    ("sac", "sequential"),
+    ("ppo", "sequential"),
+    ("impala", "sequential"),
+    ("impala", "process"),
+]
 
 
 @pytest.mark.slow
@@ -247,19 +327,31 @@ def test_resume_restores_every_saved_tensor_and_counter(make_config, tmp_path, a
     """A resume with no env steps left to make writes back exactly what it loaded: weights, target
     networks, optimiser states, normaliser, generators and counters. (A resume that loaded nothing,
     or only part, writes freshly initialised tensors instead.)"""
-    small = SMALL if algo not in ("ppo", "impala") else [o for o in SMALL if "batch_size" not in o and "warmup" not in o]
-    first = make_config(small + [f"algo={algo}", f"runtime.mode={mode}", "runtime.max_env_steps=600"],
-                        run_dir=tmp_path / "first")
+    small = (
+        SMALL if algo not in ("ppo", "impala") else [o for o in SMALL if "batch_size" not in o and "warmup" not in o]
+    )
+    first = make_config(
+        small + [f"algo={algo}", f"runtime.mode={mode}", "runtime.max_env_steps=600"], run_dir=tmp_path / "first"
+    )
     train(first)
     saved = load_checkpoint(tmp_path / "first" / "checkpoint.pt")
-    again = make_config(small + [f"algo={algo}", f"runtime.mode={mode}",
-                                 f"runtime.max_env_steps={saved['counters']['env_steps']}",
-                                 f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"], run_dir=tmp_path / "again")
+    again = make_config(
+        small
+        + [
+            f"algo={algo}",
+            f"runtime.mode={mode}",
+            f"runtime.max_env_steps={saved['counters']['env_steps']}",
+            f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}",
+        ],
+        run_dir=tmp_path / "again",
+    )
     train(again)
     rewritten = load_checkpoint(tmp_path / "again" / "checkpoint.pt")
     assert rewritten["counters"] == saved["counters"]
-    before, after = tensors({k: saved[k] for k in ("policy", "normalizer", "roles")}), \
-        tensors({k: rewritten[k] for k in ("policy", "normalizer", "roles")})
+    before, after = (
+        tensors({k: saved[k] for k in ("policy", "normalizer", "roles")}),
+        tensors({k: rewritten[k] for k in ("policy", "normalizer", "roles")}),
+    )
     assert before.keys() == after.keys() and len(before) > 10
     assert [k for k in before if not torch.equal(before[k], after[k])] == []
 
@@ -269,9 +361,18 @@ def test_resume_restores_every_saved_tensor_and_counter(make_config, tmp_path, a
 def test_resume_with_another_algo_or_task_is_a_config_error(make_config, tmp_path, key, value):
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=100"], run_dir=tmp_path / "run"))
     ckpt = tmp_path / "run" / "checkpoint.pt"
-    with pytest.raises(ConfigError, match=f"{key}='{value}' is not allowed; expected .*written by algo=pql task=InvertedPendulum"):
+    with pytest.raises(
+        ConfigError, match=f"{key}='{value}' is not allowed; expected .*written by algo=pql task=InvertedPendulum"
+    ):
         train(make_config(SMALL + [f"{key}={value}", f"checkpoint={ckpt}"], run_dir=tmp_path / "resumed"))
-    cmd = [sys.executable, "train.py", *SMALL, f"{key}={value}", f"checkpoint={ckpt}", f"hydra.run.dir={tmp_path / 'cli'}"]
+    cmd = [
+        sys.executable,
+        "train.py",
+        *SMALL,
+        f"{key}={value}",
+        f"checkpoint={ckpt}",
+        f"hydra.run.dir={tmp_path / 'cli'}",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -283,8 +384,9 @@ def test_the_run_delivers_the_average_of_its_policy(make_config, average):
     """algo.policy_average: the checkpoint's policy, what an evaluation and a user load, is the
     P-learner's Polyak average (kept in its state for a resume); with 0 it is the latest policy
     and no average is kept."""
-    cfg = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600",
-                               f"algo.policy_average={average}"])
+    cfg = make_config(
+        SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600", f"algo.policy_average={average}"]
+    )
     train(cfg)
     state = load_checkpoint(os.path.join(cfg.run_dir, "checkpoint.pt"))
     learner = state["roles"]["p_learner"]
@@ -299,11 +401,21 @@ def test_the_run_delivers_the_average_of_its_policy(make_config, average):
 @pytest.mark.slow
 def test_a_checkpoint_without_an_average_resumes_with_one(make_config, tmp_path):
     """A run saved with algo.policy_average=0 resumes with an average, which starts from its policy."""
-    first = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=600", "algo.policy_average=0"],
-                        run_dir=tmp_path / "first")
+    first = make_config(
+        SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=600", "algo.policy_average=0"],
+        run_dir=tmp_path / "first",
+    )
     train(first)
-    again = make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1200", "algo.policy_average=0.05",
-                                 f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"], run_dir=tmp_path / "again")
+    again = make_config(
+        SMALL
+        + [
+            "runtime.mode=sequential",
+            "runtime.max_env_steps=1200",
+            "algo.policy_average=0.05",
+            f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}",
+        ],
+        run_dir=tmp_path / "again",
+    )
     train(again)
     learner = load_checkpoint(tmp_path / "again" / "checkpoint.pt")["roles"]["p_learner"]
     assert learner["delivered"].keys() == learner["policy"].keys()
@@ -328,16 +440,26 @@ def actor_and_v_learner(cfg):
     device = apply_device_defaults(cfg)
     algo = make_rules(cfg, 4, 1)
     shared = make_shared(cfg, algo, 4, 1)
-    roles = {name: build_role(name, cfg, shared, algo, device, make_ratios(cfg, shared), 4, 1, fresh_start=True)
-             for name in ("actor", "v_learner")}
+    roles = {
+        name: build_role(name, cfg, shared, algo, device, make_ratios(cfg, shared), 4, 1, fresh_start=True)
+        for name in ("actor", "v_learner")
+    }
     return shared, roles
 
 
 def test_actor_priorities_reach_the_replay(make_config):
     """replay.actor_priorities: new items enter at the priorities the actor computed, so the
     tree's leaves differ from one another (at the max priority they would start out equal)."""
-    cfg = make_config(SMALL + ["runtime.mode=sequential", "replay.kind=prioritized", "replay.actor_priorities=true",
-                               "replay.capacity=4096", "algo.nstep=1"])
+    cfg = make_config(
+        SMALL
+        + [
+            "runtime.mode=sequential",
+            "replay.kind=prioritized",
+            "replay.actor_priorities=true",
+            "replay.capacity=4096",
+            "algo.nstep=1",
+        ]
+    )
     shared, roles = actor_and_v_learner(cfg)
     for _ in range(shared.ring_slots):
         roles["actor"].step()
@@ -352,8 +474,9 @@ def test_the_replay_holds_scaled_rewards_and_the_episodes_the_envs_own(make_conf
     """algo.reward_scale: InvertedPendulum pays 1 per step and 0 when the pole falls, so with
     one-step folds each stored reward is the scale or 0, while the training episodes' running
     returns still count whole steps."""
-    cfg = make_config(SMALL + ["runtime.mode=sequential", "replay.capacity=4096", "algo.nstep=1",
-                               "algo.reward_scale=0.25"])
+    cfg = make_config(
+        SMALL + ["runtime.mode=sequential", "replay.capacity=4096", "algo.nstep=1", "algo.reward_scale=0.25"]
+    )
     shared, roles = actor_and_v_learner(cfg)
     for _ in range(shared.ring_slots):
         roles["actor"].step()
@@ -434,13 +557,17 @@ def test_killed_role_stops_the_run_promptly(tmp_path, victim):
     assert not [n for n, p in pids.items() if alive(p)]
 
 
-@pytest.mark.parametrize("mode,sig,whole_group,code", [
-    ("sequential", signal.SIGINT, False, 130),
-    ("process", signal.SIGINT, True, 130),    # a terminal's Ctrl-C reaches the whole process group
-    ("sequential", signal.SIGTERM, False, 143),
-    ("process", signal.SIGTERM, False, 143),  # docker stop, Kubernetes, timeout: the main process only
-    ("process", signal.SIGTERM, True, 143),   # SLURM: every process of the job step
-], ids=["sequential-SIGINT", "process-SIGINT-group", "sequential-SIGTERM", "process-SIGTERM", "process-SIGTERM-group"])
+@pytest.mark.parametrize(
+    "mode,sig,whole_group,code",
+    [
+        ("sequential", signal.SIGINT, False, 130),
+        ("process", signal.SIGINT, True, 130),  # a terminal's Ctrl-C reaches the whole process group
+        ("sequential", signal.SIGTERM, False, 143),
+        ("process", signal.SIGTERM, False, 143),  # docker stop, Kubernetes, timeout: the main process only
+        ("process", signal.SIGTERM, True, 143),  # SLURM: every process of the job step
+    ],
+    ids=["sequential-SIGINT", "process-SIGINT-group", "sequential-SIGTERM", "process-SIGTERM", "process-SIGTERM-group"],
+)
 @pytest.mark.slow
 def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, sig, whole_group, code):
     """Ctrl-C and SIGTERM: a checkpoint of where the run stands, every role stopped, exit 130 or
@@ -507,8 +634,16 @@ def test_a_full_disk_keeps_the_previous_checkpoint(make_config, tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    cmd = [sys.executable, "train.py", *SMALL, "runtime.mode=sequential", "runtime.max_env_steps=600",
-           "runtime.checkpoint_every=100", f"checkpoint={path}", f"hydra.run.dir={run_dir}"]
+    cmd = [
+        sys.executable,
+        "train.py",
+        *SMALL,
+        "runtime.mode=sequential",
+        "runtime.max_env_steps=600",
+        "runtime.checkpoint_every=100",
+        f"checkpoint={path}",
+        f"hydra.run.dir={run_dir}",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, preexec_fn=limited)
     assert proc.returncode == 1, proc.stderr
     warning = f"pql: warning: could not write checkpoint {path}: File too large; the previous checkpoint there is kept"
@@ -529,9 +664,11 @@ def test_a_diverging_run_stops_naming_role_quantity_and_update(tmp_path, mode):
     assert proc.returncode == 1, proc.stderr
     # Which sees it first depends on the timing: the critic's loss, or the actions of the policy
     # that learnt from that critic.
-    assert re.search(r"(v_learner diverged: (critic loss|mean Q) is (nan|inf|-inf) at critic update [\d,]+"
-                     r"|actor diverged: the policy's actions contain NaN or inf .* at actor step [\d,]+)",
-                     proc.stderr), proc.stderr
+    assert re.search(
+        r"(v_learner diverged: (critic loss|mean Q) is (nan|inf|-inf) at critic update [\d,]+"
+        r"|actor diverged: the policy's actions contain NaN or inf .* at actor step [\d,]+)",
+        proc.stderr,
+    ), proc.stderr
     assert "Traceback" not in proc.stderr
     if (tmp_path / "checkpoint.pt").exists():
         for value in tensors(load_checkpoint(tmp_path / "checkpoint.pt")).values():
@@ -546,8 +683,11 @@ def test_a_loss_past_its_bound_keeps_the_last_good_checkpoint(make_config, tmp_p
     cmd = endless_run(run_dir, "runtime.max_critic_loss=1e-12", "runtime.checkpoint_every=8", f"checkpoint={path}")
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 1, proc.stderr
-    assert re.search(r"role v_learner failed:\nv_learner diverged: critic loss is \S+ at critic update [\d,]+, above "
-                     r"the bound 1e-12 \(runtime.max_critic_loss\)", proc.stderr), proc.stderr
+    assert re.search(
+        r"role v_learner failed:\nv_learner diverged: critic loss is \S+ at critic update [\d,]+, above "
+        r"the bound 1e-12 \(runtime.max_critic_loss\)",
+        proc.stderr,
+    ), proc.stderr
     assert load_checkpoint(path)["counters"]["env_steps"] >= 200
 
 
@@ -556,13 +696,18 @@ def test_raising_role_reports_its_traceback(make_config, tmp_path):
     """A role that raises (here: the V-learner resuming a critic of another size) ends the run
     with that role's traceback, exit code 1 and no surviving child."""
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=tmp_path / "run"))
-    cmd = endless_run(tmp_path / "resumed", "algo.net.critic_hidden=[16,16]",
-                      f"checkpoint={tmp_path / 'run' / 'checkpoint.pt'}")
+    cmd = endless_run(
+        tmp_path / "resumed", "algo.net.critic_hidden=[16,16]", f"checkpoint={tmp_path / 'run' / 'checkpoint.pt'}"
+    )
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "role v_learner failed" in proc.stderr and "Traceback" in proc.stderr and "size mismatch" in proc.stderr
     log = (tmp_path / "resumed" / "train.log").read_text()  # the console, error included, kept in the run dir
-    assert log.startswith(f"pql {__version__}: task=InvertedPendulum") and "role v_learner failed" in log and "size mismatch" in log
+    assert (
+        log.startswith(f"pql {__version__}: task=InvertedPendulum")
+        and "role v_learner failed" in log
+        and "size mismatch" in log
+    )
 
 
 def _work_with(shared) -> list:
@@ -587,8 +732,16 @@ def test_a_role_that_finishes_lets_go_of_the_shared_tensors():
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    shared = make_shared_state(RunCounters(), RunStats(), {"x": ((4,), torch.float32)}, (3, 2), "cpu",
-                               {"w": SharedWeights(torch.nn.Linear(2, 2), "cpu")}, ("probe",), ctx)
+    shared = make_shared_state(
+        RunCounters(),
+        RunStats(),
+        {"x": ((4,), torch.float32)},
+        (3, 2),
+        "cpu",
+        {"w": SharedWeights(torch.nn.Linear(2, 2), "cpu")},
+        ("probe",),
+        ctx,
+    )
     answer = ctx.Queue()
     role = ctx.Process(target=_finish_a_role, args=(shared, answer), daemon=True)
     role.start()
@@ -659,4 +812,3 @@ def test_a_role_that_counts_never_waits_for_a_sleeping_role_to_wake():
     finally:
         if sleeper.is_alive():
             sleeper.kill()
-

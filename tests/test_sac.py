@@ -1,6 +1,7 @@
 """SAC: the soft n-step target and the losses against slow references written here from the
 definitions, α reaching the V-learner through the policy sync, exploration through every
 actor precision, and learning InvertedPendulum on the real runtime."""
+
 import math
 
 import pytest
@@ -26,8 +27,13 @@ def reference_sample(policy, obs, eps):
     std = log_std.clamp(-5.0, 2.0).exp()
     u = mean + std * eps
     a = torch.tanh(u)
-    log_prob = sum(-0.5 * float((u[k] - mean[k]) / std[k]) ** 2 - math.log(float(std[k])) - 0.5 * math.log(2 * math.pi)
-                   - math.log(1 - math.tanh(float(u[k])) ** 2) for k in range(len(u)))
+    log_prob = sum(
+        -0.5 * float((u[k] - mean[k]) / std[k]) ** 2
+        - math.log(float(std[k]))
+        - 0.5 * math.log(2 * math.pi)
+        - math.log(1 - math.tanh(float(u[k])) ** 2)
+        for k in range(len(u))
+    )
     return a, log_prob
 
 
@@ -38,7 +44,7 @@ def test_soft_nstep_target_matches_reference():
     policy, critic = algo.make_policy(), algo.make_critic()
     batch = {"next_obs": torch.randn(24, OBS_DIM), "reward": torch.randn(24)}
     # γ_b = γ^m for a fold of m ≤ n steps (m < n after a truncation), 0 after a termination.
-    batch["discount"] = torch.tensor([gamma ** nstep, gamma ** 2, gamma, 0.0] * 6)
+    batch["discount"] = torch.tensor([gamma**nstep, gamma**2, gamma, 0.0] * 6)
     torch.manual_seed(7)
     got = algo.td_target(batch, critic, policy)
     torch.manual_seed(7)
@@ -59,14 +65,21 @@ def test_greedy_soft_target_is_the_larger_of_the_two():
     torch.manual_seed(1)
     algo = make_algo(init_alpha=0.3)
     policy, critic = algo.make_policy(), algo.make_critic()
-    batch = {"next_obs": torch.randn(24, OBS_DIM), "reward": torch.randn(24), "discount": torch.rand(24),
-             "next_obs1": torch.randn(24, OBS_DIM), "reward1": torch.randn(24), "discount1": torch.rand(24)}
+    batch = {
+        "next_obs": torch.randn(24, OBS_DIM),
+        "reward": torch.randn(24),
+        "discount": torch.rand(24),
+        "next_obs1": torch.randn(24, OBS_DIM),
+        "reward1": torch.randn(24),
+        "discount1": torch.rand(24),
+    }
     torch.manual_seed(7)
     got = algo.td_target(batch, critic, policy)
     torch.manual_seed(7)
     eps = torch.randn(48, ACT_DIM)
     picked_one_step = 0
     with torch.no_grad():
+
         def soft_value(s, e):
             a, log_prob = reference_sample(policy, s, e)
             x = torch.cat([s, a]).unsqueeze(0)
@@ -74,8 +87,9 @@ def test_greedy_soft_target_is_the_larger_of_the_two():
 
         for b in range(24):
             n_step = float(batch["reward"][b]) + float(batch["discount"][b]) * soft_value(batch["next_obs"][b], eps[b])
-            one_step = (float(batch["reward1"][b])
-                        + float(batch["discount1"][b]) * soft_value(batch["next_obs1"][b], eps[24 + b]))
+            one_step = float(batch["reward1"][b]) + float(batch["discount1"][b]) * soft_value(
+                batch["next_obs1"][b], eps[24 + b]
+            )
             assert abs(float(got[b]) - max(n_step, one_step)) < 1e-4, (b, float(got[b]), n_step, one_step)
             picked_one_step += one_step > n_step
     assert 0 < picked_one_step < 24

@@ -1,5 +1,6 @@
 """n-step folding, clipped double-Q targets with smoothing, the greedy n-step target and the soft
 update, each against a slow reference written here from the definitions."""
+
 import copy
 
 import pytest
@@ -16,12 +17,12 @@ def reference_fold(rewards, terms, truncs, boots, t, i, n, gamma):
     """Transition starting at step t of env i: fold rewards up to n steps or the episode end."""
     ret, k = 0.0, 0
     while True:
-        ret += gamma ** k * float(rewards[t + k, i])
+        ret += gamma**k * float(rewards[t + k, i])
         k += 1
         if terms[t + k - 1, i]:
             return ret, 0.0, boots[t + k - 1, i]
         if truncs[t + k - 1, i] or k == n:
-            return ret, gamma ** k, boots[t + k - 1, i]
+            return ret, gamma**k, boots[t + k - 1, i]
 
 
 def test_nstep_window_matches_reference():
@@ -86,8 +87,15 @@ def test_nstep_window_sequence_priority_covers_the_folded_steps():
     td = torch.rand(steps, envs)
     window = NStepWindow(n, 0.99, priority_eta=eta)
     for t in range(steps):
-        out = window.push(torch.zeros(envs, 2), torch.zeros(envs, 1), torch.zeros(envs), terms[t], truncs[t],
-                          torch.zeros(envs, 2), td[t])
+        out = window.push(
+            torch.zeros(envs, 2),
+            torch.zeros(envs, 1),
+            torch.zeros(envs),
+            terms[t],
+            truncs[t],
+            torch.zeros(envs, 2),
+            td[t],
+        )
         if out is None:
             continue
         start = t - n + 1
@@ -95,9 +103,8 @@ def test_nstep_window_sequence_priority_covers_the_folded_steps():
             k = 1
             while k < n and not (terms[start + k - 1, i] or truncs[start + k - 1, i]):
                 k += 1
-            folded = td[start:start + k, i].tolist()
-            assert out["priority"][i].item() == pytest.approx(eta * max(folded) + (1 - eta) * sum(folded) / k,
-                                                              rel=1e-6)
+            folded = td[start : start + k, i].tolist()
+            assert out["priority"][i].item() == pytest.approx(eta * max(folded) + (1 - eta) * sum(folded) / k, rel=1e-6)
 
 
 def test_double_q_target_with_smoothing_matches_reference():
@@ -113,7 +120,7 @@ def test_double_q_target_with_smoothing_matches_reference():
     eps = torch.randn(32, 3)
     with torch.no_grad():
         for b in range(32):
-            a = policy(batch["next_obs"][b:b + 1])[0]
+            a = policy(batch["next_obs"][b : b + 1])[0]
             a = torch.clamp(a + torch.clamp(eps[b] * 0.3, -0.4, 0.4), -1.0, 1.0)
             x = torch.cat([batch["next_obs"][b], a]).unsqueeze(0)
             q = min(float(critic.q1(x)), float(critic.q2(x)))
@@ -127,8 +134,14 @@ def test_greedy_target_is_the_larger_of_the_n_step_and_one_step_targets():
     torch.manual_seed(5)
     algo = PQL(PQLConfig(target_noise=0.0), obs_dim=5, act_dim=3)
     policy, critic = DeterministicActor(5, 3, (16,), activation="relu"), DoubleQ(5, 3, (16,), activation="relu")
-    batch = {"next_obs": torch.randn(64, 5), "reward": torch.randn(64), "discount": torch.rand(64),
-             "next_obs1": torch.randn(64, 5), "reward1": torch.randn(64), "discount1": torch.rand(64)}
+    batch = {
+        "next_obs": torch.randn(64, 5),
+        "reward": torch.randn(64),
+        "discount": torch.rand(64),
+        "next_obs1": torch.randn(64, 5),
+        "reward1": torch.randn(64),
+        "discount1": torch.rand(64),
+    }
     batch["discount"][:4] = 0.0
     got = algo.td_target(batch, critic, policy)
 

@@ -1,4 +1,5 @@
 """Bad input raises tasks.TaskError (a ValueError) saying what was wrong."""
+
 import pytest
 import torch
 
@@ -33,13 +34,16 @@ def test_unknown_backend_and_device():
         tasks.make("Ant", 1, "tpu")
 
 
-@pytest.mark.parametrize("actions, message", [
-    (torch.zeros(4, 7), r"shape \(4, 8\) \(num_envs, act_dim\), got \(4, 7\)"),
-    (torch.zeros(3, 8), r"shape \(4, 8\) \(num_envs, act_dim\), got \(3, 8\)"),
-    (torch.zeros(4, 8, dtype=torch.float64), "must be float32, got torch.float64"),
-    (torch.zeros(4, 8, device="meta"), "on the env's device cpu, got meta"),
-    ([[0.0] * 8] * 4, "must be a torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    "actions, message",
+    [
+        (torch.zeros(4, 7), r"shape \(4, 8\) \(num_envs, act_dim\), got \(4, 7\)"),
+        (torch.zeros(3, 8), r"shape \(4, 8\) \(num_envs, act_dim\), got \(3, 8\)"),
+        (torch.zeros(4, 8, dtype=torch.float64), "must be float32, got torch.float64"),
+        (torch.zeros(4, 8, device="meta"), "on the env's device cpu, got meta"),
+        ([[0.0] * 8] * 4, "must be a torch.Tensor"),
+    ],
+)
 def test_malformed_actions(env, actions, message):
     with pytest.raises(tasks.TaskError, match=message):
         env.step(actions)

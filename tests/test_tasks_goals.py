@@ -8,6 +8,7 @@ if every Kolmogorov-Smirnov distance to the exact law is below 1.95/sqrt(n) (a 0
 every mean or spread compared to a Gymnasium replay is within 4 standard errors; the draws are
 seeded, so a pass is not luck that could change from run to run.
 """
+
 import math
 
 import gymnasium
@@ -21,7 +22,7 @@ from tasks.mujoco.env import MujocoEnv
 from tasks.mujoco.physics_mujoco import MujocoPhysics
 from tasks.mujoco.pusher import Pusher
 from tasks.mujoco.reacher import Reacher, _reacher_start
-from tasks.mujoco.task import warp_seed, init_warp, load_asset
+from tasks.mujoco.task import init_warp, load_asset, warp_seed
 
 SAMPLES = 2000
 BACKENDS = ["mujoco", "mjwarp"]
@@ -106,15 +107,15 @@ def reacher_start_problems(qpos, qvel, qpos0):
     n = radius.numel()
     if radius.max() >= 0.2:
         problems.append(f"a target {radius.max():.4f} from the centre, outside the disc of radius 0.2")
-    if ks_distance(radius.square() / 0.04, lambda x: x.clamp(0, 1)) > 1.95 / n ** 0.5:
+    if ks_distance(radius.square() / 0.04, lambda x: x.clamp(0, 1)) > 1.95 / n**0.5:
         problems.append("the target's distance from the centre is not that of a uniform disc (r² not uniform)")
     angle = torch.atan2(target[:, 1], target[:, 0])
-    if ks_distance(angle, lambda x: (x + math.pi) / (2 * math.pi)) > 1.95 / n ** 0.5:
+    if ks_distance(angle, lambda x: (x + math.pi) / (2 * math.pi)) > 1.95 / n**0.5:
         problems.append("the target's direction is not uniform")
     inner = (radius < 0.1).double().mean().item()
     if abs(inner - 0.25) > 4 * (0.25 * 0.75 / n) ** 0.5:
         problems.append(f"{inner:.3f} of the targets within 0.1 of the centre, where a uniform disc has 0.25")
-    if (target.mean(dim=0).abs() > 4 * 0.1 / n ** 0.5).any():  # each coordinate's std is R/2 = 0.1
+    if (target.mean(dim=0).abs() > 4 * 0.1 / n**0.5).any():  # each coordinate's std is R/2 = 0.1
         problems.append(f"the targets' mean is {target.mean(dim=0).tolist()}, not 0")
     return problems
 
@@ -136,8 +137,11 @@ def pusher_start_problems(qpos, qvel, qpos0, reference_qpos):
     if obj.norm(dim=1).min() <= 0.17:
         problems.append(f"an object {obj.norm(dim=1).min():.4f} from the goal, not farther than 0.17")
     reference = reference_qpos[:, 7:9]
-    problems += matching_problems("object qpos", torch.cat([obj, obj.norm(dim=1, keepdim=True)], dim=1),
-                                  torch.cat([reference, reference.norm(dim=1, keepdim=True)], dim=1))
+    problems += matching_problems(
+        "object qpos",
+        torch.cat([obj, obj.norm(dim=1, keepdim=True)], dim=1),
+        torch.cat([reference, reference.norm(dim=1, keepdim=True)], dim=1),
+    )
     return problems
 
 
@@ -145,10 +149,21 @@ class SquareReacher(Reacher):
     """A mistake: the target drawn in the square around the disc, without rejection."""
 
     def add_reset_noise(self, seed, restart, episodes, qpos, qvel):
-        wp.launch(_reacher_start, dim=restart.shape[0], device=qpos.device,
-                  inputs=[warp_seed(seed), self.arm_joints, float(self.reset_noise_scale), float(self.qvel_noise_scale),
-                          float(self.target_radius), wp.float64(1.0), restart],
-                  outputs=[episodes, qpos, qvel])
+        wp.launch(
+            _reacher_start,
+            dim=restart.shape[0],
+            device=qpos.device,
+            inputs=[
+                warp_seed(seed),
+                self.arm_joints,
+                float(self.reset_noise_scale),
+                float(self.qvel_noise_scale),
+                float(self.target_radius),
+                wp.float64(1.0),
+                restart,
+            ],
+            outputs=[episodes, qpos, qvel],
+        )
 
 
 class NarrowReacher(Reacher):
@@ -168,8 +183,9 @@ def test_reacher_start_distribution():
     assert reacher_start_problems(qpos, qvel, torch.from_numpy(load_asset(Reacher.xml).qpos0)) == []
 
 
-@pytest.mark.parametrize("task_cls, problem", [(SquareReacher, "outside the disc of radius 0.2"),
-                                               (NarrowReacher, "r² not uniform")])
+@pytest.mark.parametrize(
+    "task_cls, problem", [(SquareReacher, "outside the disc of radius 0.2"), (NarrowReacher, "r² not uniform")]
+)
 def test_reacher_check_catches_a_wrong_target(task_cls, problem):
     qpos, qvel = draw_starts(task_cls, SAMPLES, seed=0)
     problems = reacher_start_problems(qpos, qvel, torch.from_numpy(load_asset(Reacher.xml).qpos0))
@@ -199,8 +215,12 @@ def start_states(env):
 @pytest.mark.parametrize("task_cls", [Reacher, Pusher])
 def test_envs_start_where_the_kernel_draws(task_cls, backend):
     env = tasks.make(task_cls.__name__, 5, "cpu", seed=7, backend=backend)
-    torch.testing.assert_close(start_states(env), torch.cat(draw_starts(task_cls, 5, seed=7), dim=1),
-                               rtol=0, atol=0 if backend == "mujoco" else 1e-6)
+    torch.testing.assert_close(
+        start_states(env),
+        torch.cat(draw_starts(task_cls, 5, seed=7), dim=1),
+        rtol=0,
+        atol=0 if backend == "mujoco" else 1e-6,
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -225,14 +245,16 @@ def test_a_new_target_at_each_reset_for_the_envs_that_restart(backend):
             targets = env.physics.state["qpos"][:, 2:].double()
             assert torch.equal(targets[late], first_targets[late].double())
             assert (targets[~late] != first_targets[~late].double()).all()
-            torch.testing.assert_close(start_states(env)[~late], second_starts[~late], rtol=0,
-                                       atol=0 if backend == "mujoco" else 1e-6)
+            torch.testing.assert_close(
+                start_states(env)[~late], second_starts[~late], rtol=0, atol=0 if backend == "mujoco" else 1e-6
+            )
             torch.testing.assert_close(obs[:, 4:6], targets.float())  # the observation shows the new target
             torch.testing.assert_close(info["final_obs"][late], obs[late])
         if step == 70:
             assert torch.equal(truncated, late)
-            torch.testing.assert_close(start_states(env)[late], second_starts[late], rtol=0,
-                                       atol=0 if backend == "mujoco" else 1e-6)
+            torch.testing.assert_close(
+                start_states(env)[late], second_starts[late], rtol=0, atol=0 if backend == "mujoco" else 1e-6
+            )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

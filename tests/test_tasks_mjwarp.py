@@ -1,6 +1,7 @@
 """The MuJoCo Warp backend (on Warp's CPU device): a reset brings up to date exactly the fields the
 task reads, without a full forward; buffer overflows stop the run; the tasks' buffer sizes hold
 what MuJoCo C needs."""
+
 import mujoco
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ CPU = torch.device("cpu")
 def random_actions(env, steps, seed):
     gen = torch.Generator().manual_seed(seed)
     for _ in range(steps):
-        yield env.action_low + torch.rand((env.num_envs, env.act_dim), generator=gen) * (env.action_high
-                                                                                          - env.action_low)
+        yield env.action_low + torch.rand((env.num_envs, env.act_dim), generator=gen) * (
+            env.action_high - env.action_low
+        )
 
 
 @pytest.mark.parametrize("name", ["Ant", "Humanoid", "InvertedDoublePendulum"])
@@ -50,8 +52,13 @@ def test_reset_gives_the_fields_of_mj_forward(name, random_start):
         mujoco.mj_forward(model, data)
         for field in env.task.fields:
             expected = torch.from_numpy(getattr(data, field).copy()).float()
-            torch.testing.assert_close(env.physics.state[field][world], expected, rtol=1e-4, atol=1e-5,
-                                       msg=lambda m: f"{field} of world {world}: {m}")
+            torch.testing.assert_close(
+                env.physics.state[field][world],
+                expected,
+                rtol=1e-4,
+                atol=1e-5,
+                msg=lambda m: f"{field} of world {world}: {m}",
+            )
 
 
 class CrowdedAnt(Ant):
@@ -62,11 +69,17 @@ class ContactStarvedAnt(Ant):
     nconmax = 1  # one contact per world where the feet make up to four
 
 
-@pytest.mark.parametrize("task_cls, message", [
-    (CrowdedAnt, r"a world needed more than CrowdedAnt\.njmax = 4 constraint rows.*raise CrowdedAnt\.njmax"),
-    (ContactStarvedAnt, r"more than ContactStarvedAnt\.nconmax x num_envs = 1 x 2 contacts.*"
-                        r"raise ContactStarvedAnt\.nconmax"),
-])
+@pytest.mark.parametrize(
+    "task_cls, message",
+    [
+        (CrowdedAnt, r"a world needed more than CrowdedAnt\.njmax = 4 constraint rows.*raise CrowdedAnt\.njmax"),
+        (
+            ContactStarvedAnt,
+            r"more than ContactStarvedAnt\.nconmax x num_envs = 1 x 2 contacts.*"
+            r"raise ContactStarvedAnt\.nconmax",
+        ),
+    ],
+)
 def test_buffer_overflow_stops_the_run(task_cls, message):
     """The Ant falls onto its feet within a few steps; with buffers too small for that, the step
     that overflows raises (on the CPU at once) instead of running on without the dropped rows."""
@@ -117,7 +130,9 @@ def test_reset_within_a_joint_limit_gives_its_constraint_force():
     forward rather than zeroing it."""
     qpos = torch.tensor([[0.995, 0.0, 0.0], [0.0, 0.1, -0.1]])
     qvel = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    obs = {backend: tasks.make("InvertedDoublePendulum", 2, "cpu", seed=0, backend=backend).reset_to(qpos, qvel)
-           for backend in ("mujoco", "mjwarp")}
+    obs = {
+        backend: tasks.make("InvertedDoublePendulum", 2, "cpu", seed=0, backend=backend).reset_to(qpos, qvel)
+        for backend in ("mujoco", "mjwarp")
+    }
     assert obs["mujoco"][0, -1] != 0 and obs["mujoco"][1, -1] == 0
     torch.testing.assert_close(obs["mjwarp"], obs["mujoco"], rtol=1e-4, atol=1e-5)

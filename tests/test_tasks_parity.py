@@ -17,6 +17,7 @@ its env is reset and the world is put into the same new state.
   Ant's and Humanoid's observation as cfrc_ext), kinematics to ~1e-5: the tolerance is 1e-2
   relative to 1 + |value| for observations, 1e-3 for rewards.
 """
+
 import os
 import re
 
@@ -68,8 +69,10 @@ def gym_state(gyms):
 def assert_close(actual: torch.Tensor, expected: np.ndarray, tolerance: float, what: str, step: int):
     expected = torch.as_tensor(expected, dtype=torch.float64)
     error = (actual.double() - expected).abs() / (1 + expected.abs())
-    assert error.max() <= tolerance, f"{what} differs from Gymnasium at step {step}: relative error {error.max():.2e} " \
-                                     f"at {np.unravel_index(int(error.argmax()), tuple(error.shape))}"
+    assert error.max() <= tolerance, (
+        f"{what} differs from Gymnasium at step {step}: relative error {error.max():.2e} "
+        f"at {np.unravel_index(int(error.argmax()), tuple(error.shape))}"
+    )
 
 
 @pytest.mark.parametrize("backend", ["mujoco", "mjwarp"])
@@ -100,8 +103,9 @@ def test_matches_gymnasium(name, backend):
         gym_info = [r[4] for r in results]
         assert set(info) - {"final_obs"} == set(gym_info[0]) - INFO_LEFT_OUT
         for key in set(info) - {"final_obs"}:
-            assert_close(info[key], np.array([i[key] for i in gym_info], dtype=np.float64), tol["reward"],
-                         f"info[{key!r}]", step)
+            assert_close(
+                info[key], np.array([i[key] for i in gym_info], dtype=np.float64), tol["reward"], f"info[{key!r}]", step
+            )
         if backend == "mujoco":  # on mjwarp every step began with reset_to, which restarts pql's step count
             assert truncated.tolist() == [r[3] for r in results], f"truncated differs at step {step}"
         ended = np.array([r[2] or r[3] for r in results])
@@ -110,8 +114,13 @@ def test_matches_gymnasium(name, backend):
             for i in np.flatnonzero(ended):
                 gyms[i].reset(seed=1000 + NUM_ENVS * step + int(i))
             obs = env.reset_to(*gym_state(gyms), mask=torch.from_numpy(ended))
-            assert_close(obs[ended], np.stack([g.unwrapped._get_obs() for g in gyms])[ended], tol["obs"],
-                         "observation after a reset", step)
+            assert_close(
+                obs[ended],
+                np.stack([g.unwrapped._get_obs() for g in gyms])[ended],
+                tol["obs"],
+                "observation after a reset",
+                step,
+            )
     env.close()
     if name in ("InvertedPendulum", "Hopper", "Walker2d", "InvertedDoublePendulum"):
         assert episodes_ended > 0, "random actions were expected to end some episodes"
@@ -126,8 +135,9 @@ def test_half_cheetah_gets_gymnasiums_total_mass_without_the_deprecated_attribut
     assert re.search(r"<compiler[^>]*settotalmass", xml) is None
     ours = load_asset(HalfCheetah.xml)
     assert "settotalmass" not in capfd.readouterr().err
-    theirs = mujoco.MjModel.from_xml_string(xml.replace('inertiafromgeom="true"/>',
-                                                        'inertiafromgeom="true" settotalmass="14"/>'))
+    theirs = mujoco.MjModel.from_xml_string(
+        xml.replace('inertiafromgeom="true"/>', 'inertiafromgeom="true" settotalmass="14"/>')
+    )
     assert ours.body_mass.sum() == pytest.approx(14.0)
     arrays = [name for name in dir(ours) if isinstance(getattr(ours, name, None), np.ndarray)]
     assert "body_inertia" in arrays and "dof_invweight0" in arrays

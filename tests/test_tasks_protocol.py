@@ -1,5 +1,6 @@
 """The batched-env protocol: shapes and dtypes, auto-reset of finished envs only, final_obs,
 truncation at the step limit, and seeded reproducibility."""
+
 import gymnasium
 import pytest
 import torch
@@ -45,8 +46,9 @@ def test_info_entries_belong_to_the_step_that_returned_them(name, backend):
     _, _, _, truncated, info = env.step(next(actions))
     assert truncated[:2].all() and not truncated[2:].any()
     kept = {key: value.clone() for key, value in info.items()}
-    assert all(value.shape == (4,) and value.dtype == torch.float32
-               for key, value in kept.items() if key != "final_obs")
+    assert all(
+        value.shape == (4,) and value.dtype == torch.float32 for key, value in kept.items() if key != "final_obs"
+    )
     assert (kept["x_position"][:2] != env.physics.state["qpos"][:2, 0].float()).all()  # not the new episode's
     env.step(next(actions))
     assert all(torch.equal(info[key], kept[key]) for key in kept)
@@ -55,9 +57,19 @@ def test_info_entries_belong_to_the_step_that_returned_them(name, backend):
 
 def test_gymnasium_observation_sizes():
     sizes = {name: tasks.make(name, 1, "cpu", backend="mujoco").obs_dim for name in tasks.TASK_NAMES}
-    assert sizes == {"Ant": 105, "Humanoid": 348, "HalfCheetah": 17, "Hopper": 11, "InvertedPendulum": 4,
-                     "Reacher": 10, "Pusher": 23, "Walker2d": 17, "Swimmer": 8, "InvertedDoublePendulum": 9,
-                     "HumanoidStandup": 348}
+    assert sizes == {
+        "Ant": 105,
+        "Humanoid": 348,
+        "HalfCheetah": 17,
+        "Hopper": 11,
+        "InvertedPendulum": 4,
+        "Reacher": 10,
+        "Pusher": 23,
+        "Walker2d": 17,
+        "Swimmer": 8,
+        "InvertedDoublePendulum": 9,
+        "HumanoidStandup": 348,
+    }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -152,8 +164,9 @@ def test_reset_noise_is_keyed_by_seed_env_and_episode(backend):
     assert torch.equal(start_states(few)[1], start_states(many)[1])
     assert not torch.equal(start_states(few)[0], start_states(many)[0])
     other_seed = tasks.make("Ant", 2, "cpu", seed=5, backend=backend)
-    assert not torch.isclose(start_states(other_seed), start_states(tasks.make("Ant", 2, "cpu", seed=4,
-                                                                              backend=backend))).any()
+    assert not torch.isclose(
+        start_states(other_seed), start_states(tasks.make("Ant", 2, "cpu", seed=4, backend=backend))
+    ).any()
 
 
 def test_reset_noise_is_the_same_on_both_backends():
@@ -162,8 +175,10 @@ def test_reset_noise_is_the_same_on_both_backends():
     torch.testing.assert_close(start_states(mjwarp), start_states(mujoco_c), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("name, normal_qvel", [("Ant", True), ("InvertedPendulum", False),
-                                               ("InvertedDoublePendulum", True), ("Swimmer", False)])
+@pytest.mark.parametrize(
+    "name, normal_qvel",
+    [("Ant", True), ("InvertedPendulum", False), ("InvertedDoublePendulum", True), ("Swimmer", False)],
+)
 def test_reset_noise_distribution(name, normal_qvel):
     """qpos = qpos0 + U(±scale); qvel ~ N(0, scale²) or U(±scale), as Gymnasium's reset_model draws.
     Moments within 4 standard errors (the std within 10%) over 400 envs."""
@@ -173,6 +188,6 @@ def test_reset_noise_distribution(name, normal_qvel):
     qvel = env.physics.state["qvel"]
     assert 0.99 * scale < dqpos.abs().max() <= scale
     assert (qvel.abs().max() > scale) == normal_qvel
-    for draws, std in [(dqpos, scale / 3 ** 0.5), (qvel, scale if normal_qvel else scale / 3 ** 0.5)]:
+    for draws, std in [(dqpos, scale / 3**0.5), (qvel, scale if normal_qvel else scale / 3**0.5)]:
         assert abs(draws.std().item() - std) < 0.1 * std
         assert abs(draws.mean().item()) < 4 * std / draws.numel() ** 0.5

@@ -12,6 +12,7 @@ independent draws, one row each. The tests below the parametrized one show that 
 catches a wrong reward weight, a missing reward term and a wrong reset noise scale or
 distribution.
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,10 +38,10 @@ ROUNDING = 1e-5
 
 @dataclass
 class Rollout:
-    obs: torch.Tensor         # [envs, steps, obs_dim] the observation each step ended at (pre-reset)
-    reward: torch.Tensor      # [envs, steps]
+    obs: torch.Tensor  # [envs, steps, obs_dim] the observation each step ended at (pre-reset)
+    reward: torch.Tensor  # [envs, steps]
     terminated: torch.Tensor  # [envs, steps], 0 or 1
-    starts: torch.Tensor      # [episodes, obs_dim] every episode's first observation
+    starts: torch.Tensor  # [episodes, obs_dim] every episode's first observation
 
 
 def pql_rollout(task_cls, seed: int = 0, num_envs: int = NUM_ENVS, steps: int = STEPS) -> Rollout:
@@ -56,8 +57,12 @@ def pql_rollout(task_cls, seed: int = 0, num_envs: int = NUM_ENVS, steps: int = 
         rewards.append(reward)
         terminations.append(terminated)
     env.close()
-    return Rollout(torch.stack(seen, 1).double(), torch.stack(rewards, 1).double(),
-                   torch.stack(terminations, 1).double(), torch.cat(starts).double())
+    return Rollout(
+        torch.stack(seen, 1).double(),
+        torch.stack(rewards, 1).double(),
+        torch.stack(terminations, 1).double(),
+        torch.cat(starts).double(),
+    )
 
 
 @functools.cache
@@ -70,13 +75,19 @@ def gymnasium_rollout(name: str, seed: int = 0, num_envs: int = NUM_ENVS, steps:
     low, high = envs[0].action_space.low, envs[0].action_space.high
     for t in range(steps):
         for i, env in enumerate(envs):
-            obs[i, t], reward[i, t], terminated[i, t], truncated, _ = env.step(rng.uniform(low, high).astype(np.float32))
+            obs[i, t], reward[i, t], terminated[i, t], truncated, _ = env.step(
+                rng.uniform(low, high).astype(np.float32)
+            )
             if terminated[i, t] or truncated:
                 starts.append(env.reset()[0])
     for env in envs:
         env.close()
-    return Rollout(torch.from_numpy(obs), torch.from_numpy(reward), torch.from_numpy(terminated),
-                   torch.from_numpy(np.stack(starts)))
+    return Rollout(
+        torch.from_numpy(obs),
+        torch.from_numpy(reward),
+        torch.from_numpy(terminated),
+        torch.from_numpy(np.stack(starts)),
+    )
 
 
 def mismatches(ours: Rollout, theirs: Rollout, sigmas: float = SIGMAS) -> list[str]:
@@ -86,9 +97,12 @@ def mismatches(ours: Rollout, theirs: Rollout, sigmas: float = SIGMAS) -> list[s
     starts): the mean and the variance (about the pooled mean) of each dimension are compared.
     """
     found = []
-    for what, a, b in [("observation", ours.obs, theirs.obs), ("reward", ours.reward[..., None], theirs.reward[..., None]),
-                       ("termination rate", ours.terminated[..., None], theirs.terminated[..., None]),
-                       ("first observation", ours.starts[:, None], theirs.starts[:, None])]:
+    for what, a, b in [
+        ("observation", ours.obs, theirs.obs),
+        ("reward", ours.reward[..., None], theirs.reward[..., None]),
+        ("termination rate", ours.terminated[..., None], theirs.terminated[..., None]),
+        ("first observation", ours.starts[:, None], theirs.starts[:, None]),
+    ]:
         center = torch.cat([a.flatten(0, 1), b.flatten(0, 1)]).mean(0)
         for moment, fa, fb in [("mean", a, b), ("variance", (a - center).square(), (b - center).square())]:
             rows_a, rows_b = fa.mean(1), fb.mean(1)  # [rows, dims]: one independent sample per row
@@ -97,8 +111,10 @@ def mismatches(ours: Rollout, theirs: Rollout, sigmas: float = SIGMAS) -> list[s
             rounding = ROUNDING * (1 + center.abs())
             slack = sigmas * error + (rounding if moment == "mean" else rounding.square())
             for j in ((mean_a - mean_b).abs() > slack).nonzero().flatten().tolist():
-                found.append(f"{what}[{j}] {moment}: pql {mean_a[j]:.5g}, Gymnasium {mean_b[j]:.5g} "
-                             f"({(mean_a[j] - mean_b[j]).abs() / error[j]:.1f} standard errors)")
+                found.append(
+                    f"{what}[{j}] {moment}: pql {mean_a[j]:.5g}, Gymnasium {mean_b[j]:.5g} "
+                    f"({(mean_a[j] - mean_b[j]).abs() / error[j]:.1f} standard errors)"
+                )
     return found
 
 
@@ -124,9 +140,15 @@ class GaussianWalker2d(Walker2d):
     qvel_noise = "normal"  # Gymnasium draws Walker2d's start velocities uniformly
 
 
-@pytest.mark.parametrize("task_cls, culprit", [(CostlyWalker2d, "reward[0] mean"), (JoylessWalker2d, "reward[0] mean"),
-                                               (ShakyWalker2d, "first observation[0] variance"),
-                                               (GaussianWalker2d, "first observation[8] variance")])
+@pytest.mark.parametrize(
+    "task_cls, culprit",
+    [
+        (CostlyWalker2d, "reward[0] mean"),
+        (JoylessWalker2d, "reward[0] mean"),
+        (ShakyWalker2d, "first observation[0] variance"),
+        (GaussianWalker2d, "first observation[8] variance"),
+    ],
+)
 def test_a_wrong_task_is_caught(task_cls, culprit):
     """With seeded rollouts the margins are fixed: the 100-fold control cost moves the mean reward
     by 6.7 standard errors, the missing healthy reward by 35; the 1.5-fold noise scale and the

@@ -1,10 +1,12 @@
 """Weight sync and the staging ring without host waits: what a fence guards is used only once it
 has landed. On the CPU copies land at once, so `ManualFence` plays CUDA's asynchrony: a fence
 lands when the test says so."""
+
 import pickle
 
 import pytest
 import torch
+from test_runtime import SMALL
 from torch import nn
 
 from pql.config import apply_device_defaults
@@ -12,8 +14,6 @@ from pql.runtime import device as device_module
 from pql.runtime import weight_sync
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 from pql.runtime.weight_sync import SharedWeights, WeightsReader
-
-from test_runtime import SMALL
 
 
 class ManualFence:
@@ -131,8 +131,10 @@ def test_ring_slots_are_handed_over_only_once_their_copies_have_landed(make_conf
     c, slots = shared.counters, shared.ring_slots
     c.warmup_steps = 100
     ratios = make_ratios(cfg, shared)
-    roles = {name: build_role(name, cfg, shared, algo, device, ratios, 4, 1, fresh_start=True)
-             for name in ("actor", "v_learner", "p_learner")}
+    roles = {
+        name: build_role(name, cfg, shared, algo, device, ratios, 4, 1, fresh_start=True)
+        for name in ("actor", "v_learner", "p_learner")
+    }
     actor, v_learner = roles["actor"], roles["v_learner"]
     manual_fences.land_all()  # the learners' first publications
 

@@ -1,4 +1,5 @@
 """Pieces every off-policy update rule shares."""
+
 from __future__ import annotations
 
 import torch

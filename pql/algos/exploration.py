@@ -1,4 +1,5 @@
 """Per-env exploration noise scales for the off-policy actors."""
+
 from __future__ import annotations
 
 import torch

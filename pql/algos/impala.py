@@ -5,6 +5,7 @@ The actor rolls out T-step trajectories with a lagging copy μ of the policy π 
 the learner corrects for the lag with V-trace (pql/kernels/vtrace.py). Observations given here
 are normalised as the actor saw them, so π and μ are compared on the same inputs.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,9 @@ class Impala(GaussianActorCritic):
         return log_prob.view(T, N), entropy.view(T, N), values.view(T, N), final_values.view(T, N)
 
     @torch.no_grad()
-    def targets(self, traj: dict, log_prob: torch.Tensor, values: torch.Tensor,
-                final_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def targets(
+        self, traj: dict, log_prob: torch.Tensor, values: torch.Tensor, final_values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """V-trace targets v_s and policy-gradient advantages ρ_s(r_s + γ v_{s+1} − V(x_s)), each [T, N].
         log_prob: log π(a_s|x_s), values: V(x_s), final_values: V(final_obs_s); all [T, N]."""
         cfg = self.cfg
@@ -38,8 +40,9 @@ class Impala(GaussianActorCritic):
         rewards = traj["reward"] + cfg.gamma * truncated * final_values
         discounts = cfg.gamma * (1.0 - terminated - truncated)
         log_rhos = log_prob - traj["log_prob"]  # log π(a|x) − log μ(a|x)
-        return vtrace(log_rhos, discounts, rewards, values, final_values[-1],
-                      rho_bar=cfg.rho_bar, c_bar=cfg.c_bar, lam=cfg.lam)
+        return vtrace(
+            log_rhos, discounts, rewards, values, final_values[-1], rho_bar=cfg.rho_bar, c_bar=cfg.c_bar, lam=cfg.lam
+        )
 
     def update(self, traj: dict) -> dict:
         """One learner step on a batch of trajectories:
@@ -56,6 +59,10 @@ class Impala(GaussianActorCritic):
         baseline_loss = 0.5 * (vs - values).pow(2).mean()
         loss = policy_loss + cfg.baseline_coef * baseline_loss - cfg.entropy_coef * entropy.mean()
         self.optimise(loss)
-        return {"loss/policy": policy_loss.detach(), "loss/baseline": baseline_loss.detach(),
-                "policy/entropy": entropy.detach().mean(), "policy/std": self.policy.log_std.detach().exp().mean(),
-                "policy/rho": (log_prob.detach() - traj["log_prob"]).exp().mean()}
+        return {
+            "loss/policy": policy_loss.detach(),
+            "loss/baseline": baseline_loss.detach(),
+            "policy/entropy": entropy.detach().mean(),
+            "policy/std": self.policy.log_std.detach().exp().mean(),
+            "policy/rho": (log_prob.detach() - traj["log_prob"]).exp().mean(),
+        }

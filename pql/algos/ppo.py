@@ -6,6 +6,7 @@ policy; `PPO.update` turns it into advantages and runs `epochs` passes of `minib
 the clipped objective over it. Observations given here are normalised; actions are the raw
 Gaussian samples (the runtime clips what it sends to the envs), so log-probabilities are exact.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,8 +27,15 @@ def log_prob_and_entropy(policy: GaussianActor, obs: torch.Tensor, action: torch
     return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
-        truncated: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over a rollout; every input is [T, N].
 
     next_values[t] = V(s_{t+1}) of the episode step t belongs to, i.e. V(info["final_obs"]): where
@@ -47,8 +55,9 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, 
     return advantages, advantages + values
 
 
-def clipped_surrogate_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
-                           clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate_loss(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """−L^CLIP (Schulman et al., 2017, eq. 7), a loss to minimise. All inputs [B].
     -> (loss, ratio [B] detached)."""
     ratio = (log_prob - old_log_prob).exp()  # r_t(θ) = π_θ(a_t|s_t) / π_θold(a_t|s_t)
@@ -56,8 +65,9 @@ def clipped_surrogate_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, a
     return -surrogate.mean(), ratio.detach()
 
 
-def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-                       value_clip: float) -> torch.Tensor:
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, value_clip: float
+) -> torch.Tensor:
     """PPO's value clipping: mean of max((V − R)², (V_old + clip(V − V_old, −ε_V, ε_V) − R)²). All [B]."""
     clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
     return torch.max((values - returns).pow(2), (clipped - returns).pow(2)).mean()
@@ -74,8 +84,9 @@ class GaussianActorCritic(Checkpointable):
     def __init__(self, cfg, obs_dim: int, act_dim: int, device, average_gradients=lambda params: None):
         self.cfg, self.average_gradients = cfg, average_gradients
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
-        self.critic = ValueNet(obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm,
-                               activation=cfg.net.activation).to(device)
+        self.critic = ValueNet(
+            obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm, activation=cfg.net.activation
+        ).to(device)
         self.params = [*self.policy.parameters(), *self.critic.parameters()]
         self.optim = adam(self.params, cfg.lr)
 
@@ -97,8 +108,15 @@ class PPO(GaussianActorCritic):
         T, N = rollout["reward"].shape
         values = self.critic(rollout["obs"].flatten(0, 1)).view(T, N)
         next_values = self.critic(rollout["final_obs"].flatten(0, 1)).view(T, N)
-        advantages, returns = gae(rollout["reward"], values, next_values, rollout["terminated"],
-                                  rollout["truncated"], self.cfg.gamma, self.cfg.gae_lambda)
+        advantages, returns = gae(
+            rollout["reward"],
+            values,
+            next_values,
+            rollout["terminated"],
+            rollout["truncated"],
+            self.cfg.gamma,
+            self.cfg.gae_lambda,
+        )
         return advantages, returns, values
 
     def update(self, rollout: dict) -> dict:
@@ -110,9 +128,14 @@ class PPO(GaussianActorCritic):
         cfg = self.cfg
         advantages, returns, values = self.advantages(rollout)
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        batch = {"obs": rollout["obs"].flatten(0, 1), "action": rollout["action"].flatten(0, 1),
-                 "log_prob": rollout["log_prob"].flatten(0, 1), "advantage": advantages.flatten(),
-                 "return": returns.flatten(), "value": values.flatten()}
+        batch = {
+            "obs": rollout["obs"].flatten(0, 1),
+            "action": rollout["action"].flatten(0, 1),
+            "log_prob": rollout["log_prob"].flatten(0, 1),
+            "advantage": advantages.flatten(),
+            "return": returns.flatten(),
+            "value": values.flatten(),
+        }
         size = batch["advantage"].shape[0]
         stats = torch.zeros(5, device=advantages.device)
         for _ in range(cfg.epochs):
@@ -123,10 +146,21 @@ class PPO(GaussianActorCritic):
                 value_loss = clipped_value_loss(self.critic(mb["obs"]), mb["value"], mb["return"], cfg.value_clip)
                 loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy.mean()
                 self.optimise(loss)
-                stats += torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach().mean(),
-                                      ((ratio - 1.0) - ratio.log()).mean(),  # Schulman's k3 estimate of KL
-                                      ((ratio - 1.0).abs() > cfg.clip).float().mean()])
+                stats += torch.stack(
+                    [
+                        policy_loss.detach(),
+                        value_loss.detach(),
+                        entropy.detach().mean(),
+                        ((ratio - 1.0) - ratio.log()).mean(),  # Schulman's k3 estimate of KL
+                        ((ratio - 1.0).abs() > cfg.clip).float().mean(),
+                    ]
+                )
         stats /= cfg.epochs * cfg.minibatches
-        return {"loss/policy": stats[0], "loss/value": stats[1], "policy/entropy": stats[2],
-                "policy/approx_kl": stats[3], "policy/clip_fraction": stats[4],
-                "policy/std": self.policy.log_std.detach().exp().mean()}
+        return {
+            "loss/policy": stats[0],
+            "loss/value": stats[1],
+            "policy/entropy": stats[2],
+            "policy/approx_kl": stats[3],
+            "policy/clip_fraction": stats[4],
+            "policy/std": self.policy.log_std.detach().exp().mean(),
+        }

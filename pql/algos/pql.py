@@ -1,5 +1,6 @@
 """PQL's update rules (Li et al., 2023): clipped double-Q critic with TD3 target smoothing on
 n-step targets, and a deterministic policy that maximises min(Q1, Q2)."""
+
 from __future__ import annotations
 
 import torch
@@ -22,12 +23,18 @@ class PQL:
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
 
     def make_policy(self) -> nn.Module:
-        return DeterministicActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden,
-                                  activation=self.cfg.net.activation)
+        return DeterministicActor(
+            self.obs_dim, self.act_dim, self.cfg.net.actor_hidden, activation=self.cfg.net.activation
+        )
 
     def make_critic(self) -> nn.Module:
-        return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, layer_norm=self.cfg.net.critic_layer_norm,
-                       activation=self.cfg.net.activation)
+        return DoubleQ(
+            self.obs_dim,
+            self.act_dim,
+            self.cfg.net.critic_hidden,
+            layer_norm=self.cfg.net.critic_layer_norm,
+            activation=self.cfg.net.activation,
+        )
 
     def exploration_noise(self, num_envs: int, device) -> torch.Tensor:
         """Each env's noise std (algo.exploration: mixed or ape_x). -> [N, 1]."""
@@ -43,13 +50,16 @@ class PQL:
     def td_target(self, batch: dict, target_critic: nn.Module, policy: nn.Module) -> torch.Tensor:
         """y = R⁽ⁿ⁾ + γ_b · min_j Q'_j(s', ã'), with γ_b = γ^m (0 after a termination); the larger of
         it and the one-step target where the batch carries first steps (greedy_target). -> [B]."""
+
         def bootstrap(next_obs):
             next_action = smoothed_target_action(policy, next_obs, self.cfg.target_noise, self.cfg.target_noise_clip)
             return torch.min(*target_critic(next_obs, next_action)).squeeze(-1)
+
         return greedy_target(batch, bootstrap)
 
-    def critic_loss(self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module,
-                    batch: dict, weights: torch.Tensor):
+    def critic_loss(
+        self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module, batch: dict, weights: torch.Tensor
+    ):
         """-> (loss, |δ| [B] for priorities, scalars to log). weights: importance weights [B]."""
         target = self.td_target(batch, target_critic, policy)
         q1, q2 = critic(batch["obs"], batch["action"])

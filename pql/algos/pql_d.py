@@ -3,6 +3,7 @@
 num_atoms atoms; the n-step target distribution is projected back onto that support, and both
 heads are trained by cross-entropy. Everything else (TD3 target smoothing, the deterministic
 policy, mixed or Ape-X exploration) is PQL's."""
+
 from __future__ import annotations
 
 import torch
@@ -13,8 +14,9 @@ from pql.algos.pql import PQL
 from pql.nets import DoubleQ
 
 
-def categorical_projection(reward: torch.Tensor, discount: torch.Tensor, probs: torch.Tensor,
-                           v_min: float, v_max: float) -> torch.Tensor:
+def categorical_projection(
+    reward: torch.Tensor, discount: torch.Tensor, probs: torch.Tensor, v_min: float, v_max: float
+) -> torch.Tensor:
     """C51 projection Φ T̂Z onto the support z_i = v_min + iΔz (Bellemare et al. 2017, Eq. 7):
     (ΦT̂Z)_i = Σ_j [1 − |clip(R + γ_b z_j, v_min, v_max) − z_i| / Δz]₀¹ p_j.
 
@@ -41,8 +43,14 @@ class PQLD(PQL):
     """Update rules for the three roles with the distributional critic (logits [B, num_atoms])."""
 
     def make_critic(self) -> nn.Module:
-        return DoubleQ(self.obs_dim, self.act_dim, self.cfg.net.critic_hidden, out_dim=self.cfg.num_atoms,
-                       layer_norm=self.cfg.net.critic_layer_norm, activation=self.cfg.net.activation)
+        return DoubleQ(
+            self.obs_dim,
+            self.act_dim,
+            self.cfg.net.critic_hidden,
+            out_dim=self.cfg.num_atoms,
+            layer_norm=self.cfg.net.critic_layer_norm,
+            activation=self.cfg.net.activation,
+        )
 
     def support(self, device) -> torch.Tensor:
         """The atoms z_i = v_min + iΔz. -> [num_atoms]."""
@@ -61,9 +69,13 @@ class PQLD(PQL):
         -> target distribution [B, num_atoms]."""
         if "next_obs1" not in batch:
             return self._projected(batch["reward"], batch["discount"], batch["next_obs"], target_critic, policy)
-        both = self._projected(torch.cat([batch["reward"], batch["reward1"]]),
-                               torch.cat([batch["discount"], batch["discount1"]]),
-                               torch.cat([batch["next_obs"], batch["next_obs1"]]), target_critic, policy)
+        both = self._projected(
+            torch.cat([batch["reward"], batch["reward1"]]),
+            torch.cat([batch["discount"], batch["discount1"]]),
+            torch.cat([batch["next_obs"], batch["next_obs1"]]),
+            target_critic,
+            policy,
+        )
         n_step, one_step = both.chunk(2)
         support = self.support(both.device)
         return torch.where((n_step @ support >= one_step @ support).unsqueeze(-1), n_step, one_step)
@@ -76,8 +88,9 @@ class PQLD(PQL):
         probs = torch.where(head1_smaller, logits1, logits2).softmax(-1)
         return categorical_projection(reward, discount, probs, self.cfg.v_min, self.cfg.v_max)
 
-    def critic_loss(self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module,
-                    batch: dict, weights: torch.Tensor):
+    def critic_loss(
+        self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module, batch: dict, weights: torch.Tensor
+    ):
         """Cross-entropy −Σ_i (ΦT̂Z')_i log p_i(s, a) for both heads.
         -> (loss, |E[Z(s,a)] − E[ΦT̂Z']| [B] for priorities, scalars to log). weights: [B]."""
         target = self.td_target(batch, target_critic, policy)

@@ -5,6 +5,7 @@ H̄ = −act_dim.
 The temperature is a parameter of the policy module (`SquashedGaussianActor.log_alpha`): the
 P-learner updates it with the policy, and the weight sync that carries the policy to the
 V-learner carries α with it. The critic and its loss are PQL's."""
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,13 @@ class SAC(PQL):
     """Update rules for the three roles. Observations given to these methods are normalised."""
 
     def make_policy(self) -> nn.Module:
-        return SquashedGaussianActor(self.obs_dim, self.act_dim, self.cfg.net.actor_hidden, self.cfg.init_alpha,
-                                     activation=self.cfg.net.activation)
+        return SquashedGaussianActor(
+            self.obs_dim,
+            self.act_dim,
+            self.cfg.net.actor_hidden,
+            self.cfg.init_alpha,
+            activation=self.cfg.net.activation,
+        )
 
     @property
     def target_entropy(self) -> float:
@@ -42,9 +48,11 @@ class SAC(PQL):
         the one-step soft target where the batch carries first steps (greedy_target). -> [B].
         The entropy bonus enters at the bootstrap state only: the intermediate actions of the
         n-step return were taken by the (older) behaviour policy."""
+
         def soft_value(next_obs):
             next_action, next_log_prob = policy.sample(next_obs)
             return torch.min(*target_critic(next_obs, next_action)).squeeze(-1) - policy.log_alpha.exp() * next_log_prob
+
         return greedy_target(batch, soft_value)
 
     def policy_loss(self, policy: nn.Module, critic: nn.Module, obs: torch.Tensor):
@@ -56,9 +64,14 @@ class SAC(PQL):
         alpha = policy.log_alpha.exp()
         actor_loss = (alpha.detach() * log_prob - torch.min(q1, q2).squeeze(-1)).mean()
         alpha_loss = -(alpha * (log_prob.detach() + self.target_entropy)).mean()
-        return actor_loss + alpha_loss, {"policy/loss": actor_loss.detach(), "policy/alpha": alpha.detach(),
-                                         "policy/entropy": -log_prob.detach().mean()}
+        return actor_loss + alpha_loss, {
+            "policy/loss": actor_loss.detach(),
+            "policy/alpha": alpha.detach(),
+            "policy/entropy": -log_prob.detach().mean(),
+        }
 
     def policy_optim_params(self, policy: nn.Module):
-        return [{"params": policy.net.parameters(), "lr": self.cfg.actor_lr},
-                {"params": [policy.log_alpha], "lr": self.cfg.alpha_lr}]
+        return [
+            {"params": policy.net.parameters(), "lr": self.cfg.actor_lr},
+            {"params": [policy.log_alpha], "lr": self.cfg.alpha_lr},
+        ]

@@ -4,6 +4,7 @@ Dispatch (docs/architecture.md): Triton on CUDA tensors, the reference on CPU te
 on CPU tensors when TRITON_INTERPRET=1 is set before this package is imported. Every public
 function takes impl="auto" | "triton" | "torch" to force one. See docs/kernels.md.
 """
+
 from pql.kernels._dispatch import INTERPRETING, select_impl, triton_runs_on
 from pql.kernels.nstep import nstep_returns
 from pql.kernels.sumtree import SumTree

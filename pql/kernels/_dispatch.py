@@ -5,6 +5,7 @@ and Triton on CPU tensors when `TRITON_INTERPRET=1` was set before `pql.kernels`
 (Triton reads the variable when `@triton.jit` decorates a kernel, so setting it later has no
 effect on kernels that already exist).
 """
+
 from __future__ import annotations
 
 import torch
@@ -42,7 +43,8 @@ def select_impl(impl: str, device: torch.device | str) -> str:
     if impl == "triton":
         raise ValueError(
             f"impl='triton' cannot run on {torch.device(device)} tensors: the Triton kernels take CUDA "
-            "tensors, or CPU tensors when TRITON_INTERPRET=1 is set before pql.kernels is imported")
+            "tensors, or CPU tensors when TRITON_INTERPRET=1 is set before pql.kernels is imported"
+        )
     return "torch"
 
 

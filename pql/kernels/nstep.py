@@ -14,6 +14,7 @@ Q(s_{t+m}, .).
 
 Triton kernel + launcher + PyTorch reference (also the CPU path); dispatch: _dispatch.py.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,7 @@ BLOCK_N = 256
 
 
 @triton.jit
-def _nstep_kernel(rew_ptr, term_ptr, trunc_ptr, ret_ptr, disc_ptr, steps_ptr, T, N, gamma,
-                  n_fold, BLOCK: tl.constexpr):
+def _nstep_kernel(rew_ptr, term_ptr, trunc_ptr, ret_ptr, disc_ptr, steps_ptr, T, N, gamma, n_fold, BLOCK: tl.constexpr):
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     t = tl.program_id(1)
     mask = cols < N
@@ -63,9 +63,21 @@ def _nstep_triton(rewards, terminated, truncated, gamma, n):
     steps = torch.empty(T, N, dtype=torch.int64, device=rewards.device)
     grid = (triton.cdiv(N, BLOCK_N), T)
     # bool tensors travel as uint8 views (no copy): one byte per flag, loaded as integers.
-    _nstep_kernel[grid](rewards, terminated.view(torch.uint8), truncated.view(torch.uint8),
-                        returns, discount, steps, T, N, gamma, n, BLOCK=BLOCK_N, num_warps=4,
-                        **LAUNCH_OPTIONS)
+    _nstep_kernel[grid](
+        rewards,
+        terminated.view(torch.uint8),
+        truncated.view(torch.uint8),
+        returns,
+        discount,
+        steps,
+        T,
+        N,
+        gamma,
+        n,
+        BLOCK=BLOCK_N,
+        num_warps=4,
+        **LAUNCH_OPTIONS,
+    )
     return returns, discount, steps
 
 
@@ -95,9 +107,9 @@ def _nstep_torch(rewards, terminated, truncated, gamma, n):
 
 
 @torch.no_grad()
-def nstep_returns(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
-                  gamma: float, n: int, impl: str = "auto"
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def nstep_returns(
+    rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, gamma: float, n: int, impl: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n-step discounted returns for every start of a window (see the module docstring).
 
     rewards: [T, N] float32; terminated, truncated: [T, N] bool; all on one device.
@@ -106,12 +118,15 @@ def nstep_returns(rewards: torch.Tensor, terminated: torch.Tensor, truncated: to
     steps = m, the number of rewards folded (>= 1).
     """
     if rewards.dim() != 2 or rewards.dtype != torch.float32:
-        raise ValueError(f"rewards must be a [T, N] float32 tensor, got shape {tuple(rewards.shape)} "
-                         f"dtype {rewards.dtype}")
+        raise ValueError(
+            f"rewards must be a [T, N] float32 tensor, got shape {tuple(rewards.shape)} dtype {rewards.dtype}"
+        )
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
         if flag.shape != rewards.shape or flag.dtype != torch.bool:
-            raise ValueError(f"{name} must be a bool tensor of shape {tuple(rewards.shape)}, got shape "
-                             f"{tuple(flag.shape)} dtype {flag.dtype}")
+            raise ValueError(
+                f"{name} must be a bool tensor of shape {tuple(rewards.shape)}, got shape "
+                f"{tuple(flag.shape)} dtype {flag.dtype}"
+            )
     check_same_device(rewards.device, terminated=terminated, truncated=truncated)
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma={gamma!r} is not allowed; expected a number in [0, 1]")

@@ -15,6 +15,7 @@ Each operation has a Triton kernel with its launcher, and a PyTorch reference be
 also the CPU path (dispatch: pql/kernels/_dispatch.py). Given the same uniforms, both give the
 same tree and the same samples.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,9 +42,9 @@ SAMPLE_BLOCK = 128
 # Batched priority update
 # --------------------------------------------------------------------------------------------
 
+
 @triton.jit
-def _update_kernel(sum_ptr, min_ptr, owner_ptr, idx_ptr, prio_ptr, n, num_leaves, depth,
-                   BLOCK: tl.constexpr):
+def _update_kernel(sum_ptr, min_ptr, owner_ptr, idx_ptr, prio_ptr, n, num_leaves, depth, BLOCK: tl.constexpr):
     # One program (CTA) for the whole batch: recomputing level L needs every node of level L-1
     # final, and a barrier inside one CTA is the only cheap way to order that. The work is
     # latency-bound anyway (n nodes per level, log2(P) dependent levels), so one CTA of 32 warps
@@ -73,28 +74,42 @@ def _update_kernel(sum_ptr, min_ptr, owner_ptr, idx_ptr, prio_ptr, n, num_leaves
     for level in range(1, depth + 1):
         parent = node >> level
         left = 2 * parent
-        s = (tl.load(sum_ptr + left, mask=mask, other=0.0, cache_modifier=".cg")
-             + tl.load(sum_ptr + left + 1, mask=mask, other=0.0, cache_modifier=".cg"))
-        m = tl.minimum(tl.load(min_ptr + left, mask=mask, other=0.0, cache_modifier=".cg"),
-                       tl.load(min_ptr + left + 1, mask=mask, other=0.0, cache_modifier=".cg"))
+        s = tl.load(sum_ptr + left, mask=mask, other=0.0, cache_modifier=".cg") + tl.load(
+            sum_ptr + left + 1, mask=mask, other=0.0, cache_modifier=".cg"
+        )
+        m = tl.minimum(
+            tl.load(min_ptr + left, mask=mask, other=0.0, cache_modifier=".cg"),
+            tl.load(min_ptr + left + 1, mask=mask, other=0.0, cache_modifier=".cg"),
+        )
         tl.store(sum_ptr + parent, s, mask=mask)
         tl.store(min_ptr + parent, m, mask=mask)
         tl.debug_barrier()
 
 
-def _update_triton(sum_tree: torch.Tensor, min_tree: torch.Tensor, owner: torch.Tensor,
-                   indices: torch.Tensor, priorities: torch.Tensor) -> None:
+def _update_triton(
+    sum_tree: torch.Tensor, min_tree: torch.Tensor, owner: torch.Tensor, indices: torch.Tensor, priorities: torch.Tensor
+) -> None:
     num_leaves = sum_tree.numel() // 2
     depth = num_leaves.bit_length() - 1
     for start in range(0, indices.numel(), UPDATE_BLOCK_MAX):
-        idx = indices[start:start + UPDATE_BLOCK_MAX]
+        idx = indices[start : start + UPDATE_BLOCK_MAX]
         n = idx.numel()
         block = max(128, triton.next_power_of_2(n))
         # 32 warps (the most a CTA has) at the full block: 8 items per thread, 64 registers
         # per thread (the whole register file of an SM, no spills on sm_90).
-        _update_kernel[(1,)](sum_tree, min_tree, owner, idx, priorities[start:start + n], n,
-                             num_leaves, depth, BLOCK=block, num_warps=min(32, max(4, block // 256)),
-                             **LAUNCH_OPTIONS)
+        _update_kernel[(1,)](
+            sum_tree,
+            min_tree,
+            owner,
+            idx,
+            priorities[start : start + n],
+            n,
+            num_leaves,
+            depth,
+            BLOCK=block,
+            num_warps=min(32, max(4, block // 256)),
+            **LAUNCH_OPTIONS,
+        )
 
 
 def last_write_wins(indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,8 +123,9 @@ def last_write_wins(indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return unique, last
 
 
-def _update_torch(sum_tree: torch.Tensor, min_tree: torch.Tensor, indices: torch.Tensor,
-                  priorities: torch.Tensor) -> None:
+def _update_torch(
+    sum_tree: torch.Tensor, min_tree: torch.Tensor, indices: torch.Tensor, priorities: torch.Tensor
+) -> None:
     """Reference of _update_kernel: same rule, same float operations."""
     # index_select / index_copy_ rather than x[i]: the latter's multi-threaded CPU path was
     # 500x slower on a busy 2-core machine. Repeated parents below carry equal values.
@@ -123,13 +139,13 @@ def _update_torch(sum_tree: torch.Tensor, min_tree: torch.Tensor, indices: torch
         parent = node >> level
         left, right = 2 * parent, 2 * parent + 1
         sum_tree.index_copy_(0, parent, sum_tree.index_select(0, left) + sum_tree.index_select(0, right))
-        min_tree.index_copy_(0, parent, torch.minimum(min_tree.index_select(0, left),
-                                                      min_tree.index_select(0, right)))
+        min_tree.index_copy_(0, parent, torch.minimum(min_tree.index_select(0, left), min_tree.index_select(0, right)))
 
 
 # --------------------------------------------------------------------------------------------
 # Stratified sampling
 # --------------------------------------------------------------------------------------------
+
 
 # n is never specialised: a batch of one would turn it into a constexpr without .to().
 @triton.jit(do_not_specialize=["n"])
@@ -159,8 +175,18 @@ def _sample_triton(sum_tree: torch.Tensor, u: torch.Tensor, capacity: int) -> to
     num_leaves = sum_tree.numel() // 2
     out = torch.empty(u.numel(), dtype=torch.int64, device=u.device)
     grid = (triton.cdiv(u.numel(), SAMPLE_BLOCK),)
-    _sample_kernel[grid](sum_tree, u, out, u.numel(), num_leaves, num_leaves.bit_length() - 1,
-                         capacity, BLOCK=SAMPLE_BLOCK, num_warps=4, **LAUNCH_OPTIONS)
+    _sample_kernel[grid](
+        sum_tree,
+        u,
+        out,
+        u.numel(),
+        num_leaves,
+        num_leaves.bit_length() - 1,
+        capacity,
+        BLOCK=SAMPLE_BLOCK,
+        num_warps=4,
+        **LAUNCH_OPTIONS,
+    )
     return out
 
 
@@ -179,8 +205,7 @@ def _sample_torch(sum_tree: torch.Tensor, u: torch.Tensor, capacity: int) -> tor
     return (node - num_leaves).clamp_(max=capacity - 1)
 
 
-def sample_from_uniforms(sum_tree: torch.Tensor, u: torch.Tensor, capacity: int,
-                         impl: str = "auto") -> torch.Tensor:
+def sample_from_uniforms(sum_tree: torch.Tensor, u: torch.Tensor, capacity: int, impl: str = "auto") -> torch.Tensor:
     """Stratified inverse-CDF sampling: item i of the batch falls in stratum i.
 
     sum_tree: [2P] float32 (a SumTree's `sum_tree`); u: [B] float32 in [0, 1) on the same device.
@@ -200,6 +225,7 @@ def sample_from_uniforms(sum_tree: torch.Tensor, u: torch.Tensor, capacity: int,
 # The tree
 # --------------------------------------------------------------------------------------------
 
+
 class SumTree:
     """Sum- and min-tree over `capacity` slots on `device`.
 
@@ -216,8 +242,7 @@ class SumTree:
     Updates must not run concurrently on two streams (they share the scratch).
     """
 
-    def __init__(self, capacity: int, device: torch.device | str = "cpu", validate: bool = True,
-                 impl: str = "auto"):
+    def __init__(self, capacity: int, device: torch.device | str = "cpu", validate: bool = True, impl: str = "auto"):
         if not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
             raise ValueError(f"capacity={capacity!r} is not allowed; expected an integer in [1, 2**30]")
         self.capacity = capacity
@@ -228,21 +253,23 @@ class SumTree:
         self.device = self.sum_tree.device
         self.impl = select_impl(impl, self.device)
         # Scratch for the kernel's last-write-wins claim; always all -1 between launches.
-        self._owner = (torch.full((self.num_leaves,), -1, dtype=torch.int32, device=self.device)
-                       if self.impl == "triton" else None)
+        self._owner = (
+            torch.full((self.num_leaves,), -1, dtype=torch.int32, device=self.device) if self.impl == "triton" else None
+        )
 
     @property
     def leaves(self) -> torch.Tensor:
         """The priorities of all slots: a [capacity] float32 view (read it, never write it)."""
-        return self.sum_tree[self.num_leaves:self.num_leaves + self.capacity]
+        return self.sum_tree[self.num_leaves : self.num_leaves + self.capacity]
 
     def check_indices(self, indices: torch.Tensor, priorities: torch.Tensor | None = None) -> None:
         """Raise unless indices is a 1-D int64 tensor on the tree's device and, when validating,
         every index is a slot in [0, capacity) and every priority (if given) is finite and >= 0.
         One host sync, and only when validating."""
         if indices.dim() != 1 or indices.dtype != torch.int64:
-            raise ValueError(f"indices must be a 1-D int64 tensor, got shape {tuple(indices.shape)} "
-                             f"dtype {indices.dtype}")
+            raise ValueError(
+                f"indices must be a 1-D int64 tensor, got shape {tuple(indices.shape)} dtype {indices.dtype}"
+            )
         check_same_device(self.device, indices=indices)
         if not self.validate or indices.numel() == 0:
             return
@@ -251,10 +278,10 @@ class SumTree:
         if bad.any():
             i = int(bad.nonzero()[0])
             if bad_index[i]:
-                raise IndexError(f"indices[{i}]={int(indices[i])} is out of range; expected a slot "
-                                 f"in [0, {self.capacity})")
-            raise ValueError(f"priorities[{i}]={float(priorities[i])} is not allowed; expected a "
-                             "finite number >= 0")
+                raise IndexError(
+                    f"indices[{i}]={int(indices[i])} is out of range; expected a slot in [0, {self.capacity})"
+                )
+            raise ValueError(f"priorities[{i}]={float(priorities[i])} is not allowed; expected a finite number >= 0")
 
     def update(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """Set the priorities of slots `indices`.
@@ -264,16 +291,17 @@ class SumTree:
         with the priority of its last occurrence.
         """
         if priorities.shape != indices.shape or not priorities.is_floating_point():
-            raise ValueError(f"priorities must be a float tensor of shape {tuple(indices.shape)} "
-                             f"(one per index), got shape {tuple(priorities.shape)} dtype {priorities.dtype}")
+            raise ValueError(
+                f"priorities must be a float tensor of shape {tuple(indices.shape)} "
+                f"(one per index), got shape {tuple(priorities.shape)} dtype {priorities.dtype}"
+            )
         check_same_device(self.device, priorities=priorities)
         priorities = priorities.to(torch.float32)
         self.check_indices(indices, priorities)
         if indices.numel() == 0:
             return
         if self.impl == "triton":
-            _update_triton(self.sum_tree, self.min_tree, self._owner, indices.contiguous(),
-                           priorities.contiguous())
+            _update_triton(self.sum_tree, self.min_tree, self._owner, indices.contiguous(), priorities.contiguous())
         else:
             _update_torch(self.sum_tree, self.min_tree, indices, priorities)
 
@@ -304,19 +332,21 @@ class SumTree:
     def reset(self, priorities: torch.Tensor) -> None:
         """Replace every leaf: priorities [capacity] float32, finite and >= 0; O(P) rebuild."""
         if priorities.shape != (self.capacity,) or not priorities.is_floating_point():
-            raise ValueError(f"priorities must be a float tensor of shape ({self.capacity},), got "
-                             f"shape {tuple(priorities.shape)} dtype {priorities.dtype}")
+            raise ValueError(
+                f"priorities must be a float tensor of shape ({self.capacity},), got "
+                f"shape {tuple(priorities.shape)} dtype {priorities.dtype}"
+            )
         if self.validate and not (torch.isfinite(priorities) & (priorities >= 0)).all():
             raise ValueError("priorities must be finite and >= 0")
-        padded = self.sum_tree[self.num_leaves:]
+        padded = self.sum_tree[self.num_leaves :]
         padded.zero_()
-        padded[:self.capacity] = priorities
-        self.min_tree[self.num_leaves:] = torch.where(padded > 0, padded, math.inf)
+        padded[: self.capacity] = priorities
+        self.min_tree[self.num_leaves :] = torch.where(padded > 0, padded, math.inf)
         # Same float operations as the updates, level by level, so the invariant holds exactly.
         width = self.num_leaves
         while width > 1:
-            children = self.sum_tree[width:2 * width].view(-1, 2)
-            self.sum_tree[width // 2:width] = children[:, 0] + children[:, 1]
-            children = self.min_tree[width:2 * width].view(-1, 2)
-            self.min_tree[width // 2:width] = torch.minimum(children[:, 0], children[:, 1])
+            children = self.sum_tree[width : 2 * width].view(-1, 2)
+            self.sum_tree[width // 2 : width] = children[:, 0] + children[:, 1]
+            children = self.min_tree[width : 2 * width].view(-1, 2)
+            self.min_tree[width // 2 : width] = torch.minimum(children[:, 0], children[:, 1])
             width //= 2

@@ -10,8 +10,8 @@ gamma_t = discounts[t] (0 where the episode ended at t). Targets carry no gradie
 
 Triton kernel + launcher + PyTorch reference (also the CPU path); dispatch: _dispatch.py.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 import triton
@@ -26,13 +26,27 @@ BLOCK_B = 128
 
 
 @triton.jit
-def _vtrace_kernel(log_rho_ptr, disc_ptr, rew_ptr, val_ptr, boot_ptr, vs_ptr, adv_ptr, T, B,
-                   rho_bar, c_bar, lam, pg_rho_bar, BLOCK: tl.constexpr):
+def _vtrace_kernel(
+    log_rho_ptr,
+    disc_ptr,
+    rew_ptr,
+    val_ptr,
+    boot_ptr,
+    vs_ptr,
+    adv_ptr,
+    T,
+    B,
+    rho_bar,
+    c_bar,
+    lam,
+    pg_rho_bar,
+    BLOCK: tl.constexpr,
+):
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < B
-    value_next = tl.load(boot_ptr + cols, mask=mask, other=0.0)   # V(x_{s+1})
-    vs_next = value_next                                           # v_{s+1}
-    acc = tl.zeros([BLOCK], tl.float32)                            # v_{s+1} - V(x_{s+1})
+    value_next = tl.load(boot_ptr + cols, mask=mask, other=0.0)  # V(x_{s+1})
+    vs_next = value_next  # v_{s+1}
+    acc = tl.zeros([BLOCK], tl.float32)  # v_{s+1} - V(x_{s+1})
     for i in range(T):
         s = T - 1 - i
         off = s * B + cols
@@ -50,20 +64,32 @@ def _vtrace_kernel(log_rho_ptr, disc_ptr, rew_ptr, val_ptr, boot_ptr, vs_ptr, ad
         vs_next = vs
 
 
-def _vtrace_triton(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, c_bar, lam,
-                   pg_rho_bar):
+def _vtrace_triton(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, c_bar, lam, pg_rho_bar):
     T, B = values.shape
     vs = torch.empty_like(values)
     adv = torch.empty_like(values)
     _vtrace_kernel[(triton.cdiv(B, BLOCK_B),)](
-        log_rhos, discounts, rewards, values, bootstrap_value, vs, adv, T, B,
-        rho_bar, c_bar, lam, pg_rho_bar, BLOCK=BLOCK_B, num_warps=4,
-        **LAUNCH_OPTIONS)
+        log_rhos,
+        discounts,
+        rewards,
+        values,
+        bootstrap_value,
+        vs,
+        adv,
+        T,
+        B,
+        rho_bar,
+        c_bar,
+        lam,
+        pg_rho_bar,
+        BLOCK=BLOCK_B,
+        num_warps=4,
+        **LAUNCH_OPTIONS,
+    )
     return vs, adv
 
 
-def _vtrace_torch(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, c_bar, lam,
-                  pg_rho_bar):
+def _vtrace_torch(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, c_bar, lam, pg_rho_bar):
     """Reference of _vtrace_kernel: the same recursion, one time step per iteration."""
     rhos = torch.exp(log_rhos)
     values_next = torch.cat([values[1:], bootstrap_value.unsqueeze(0)])
@@ -81,10 +107,18 @@ def _vtrace_torch(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar
 
 
 @torch.no_grad()
-def vtrace(log_rhos: torch.Tensor, discounts: torch.Tensor, rewards: torch.Tensor,
-           values: torch.Tensor, bootstrap_value: torch.Tensor, rho_bar: float = 1.0,
-           c_bar: float = 1.0, lam: float = 1.0, pg_rho_bar: float | None = None,
-           impl: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+def vtrace(
+    log_rhos: torch.Tensor,
+    discounts: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: torch.Tensor,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    lam: float = 1.0,
+    pg_rho_bar: float | None = None,
+    impl: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """V-trace value targets and policy-gradient advantages (see the module docstring).
 
     log_rhos = log pi(a|x) - log mu(a|x), discounts, rewards, values: [T, B] float32;
@@ -94,24 +128,29 @@ def vtrace(log_rhos: torch.Tensor, discounts: torch.Tensor, rewards: torch.Tenso
     Returns (vs [T, B] float32, pg_advantages [T, B] float32).
     """
     if values.dim() != 2 or values.dtype != torch.float32:
-        raise ValueError(f"values must be a [T, B] float32 tensor, got shape {tuple(values.shape)} "
-                         f"dtype {values.dtype}")
+        raise ValueError(
+            f"values must be a [T, B] float32 tensor, got shape {tuple(values.shape)} dtype {values.dtype}"
+        )
     for name, x in (("log_rhos", log_rhos), ("discounts", discounts), ("rewards", rewards)):
         if x.shape != values.shape or x.dtype != torch.float32:
-            raise ValueError(f"{name} must be a float32 tensor of shape {tuple(values.shape)} (as "
-                             f"values), got shape {tuple(x.shape)} dtype {x.dtype}")
+            raise ValueError(
+                f"{name} must be a float32 tensor of shape {tuple(values.shape)} (as "
+                f"values), got shape {tuple(x.shape)} dtype {x.dtype}"
+            )
     if bootstrap_value.shape != values.shape[1:] or bootstrap_value.dtype != torch.float32:
-        raise ValueError(f"bootstrap_value must be a float32 tensor of shape ({values.shape[1]},), "
-                         f"got shape {tuple(bootstrap_value.shape)} dtype {bootstrap_value.dtype}")
-    check_same_device(values.device, log_rhos=log_rhos, discounts=discounts, rewards=rewards,
-                      bootstrap_value=bootstrap_value)
+        raise ValueError(
+            f"bootstrap_value must be a float32 tensor of shape ({values.shape[1]},), "
+            f"got shape {tuple(bootstrap_value.shape)} dtype {bootstrap_value.dtype}"
+        )
+    check_same_device(
+        values.device, log_rhos=log_rhos, discounts=discounts, rewards=rewards, bootstrap_value=bootstrap_value
+    )
     pg_rho_bar = rho_bar if pg_rho_bar is None else pg_rho_bar
     for name, x in (("rho_bar", rho_bar), ("c_bar", c_bar), ("pg_rho_bar", pg_rho_bar)):
         if not x > 0:
             raise ValueError(f"{name}={x!r} is not allowed; expected a number > 0 (math.inf: no clipping)")
     if not rho_bar >= c_bar:
-        raise ValueError(f"rho_bar={rho_bar!r} < c_bar={c_bar!r} is not allowed; V-trace needs "
-                         "rho_bar >= c_bar")
+        raise ValueError(f"rho_bar={rho_bar!r} < c_bar={c_bar!r} is not allowed; V-trace needs rho_bar >= c_bar")
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam={lam!r} is not allowed; expected a number in [0, 1]")
     args = [x.contiguous() for x in (log_rhos, discounts, rewards, values, bootstrap_value)]

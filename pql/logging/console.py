@@ -1,4 +1,5 @@
 """The live console line: where the run is, how fast it goes, and how long it has left."""
+
 from __future__ import annotations
 
 import math
@@ -28,12 +29,20 @@ class Progress:
         if self._last is not None and now > self._last[0]:
             steps_per_s = (env_steps - self._last[1]) / (now - self._last[0])
         self._last = (now, env_steps)
-        print(format_progress(env_steps, self.total_env_steps, steps_per_s, now - self._start, scalars,
-                              self.max_time_s), flush=True)
+        print(
+            format_progress(env_steps, self.total_env_steps, steps_per_s, now - self._start, scalars, self.max_time_s),
+            flush=True,
+        )
 
 
-def format_progress(env_steps: int, total_env_steps: int, steps_per_s: float | None,
-                    elapsed_s: float, scalars: dict[str, float], max_time_s: float | None = None) -> str:
+def format_progress(
+    env_steps: int,
+    total_env_steps: int,
+    steps_per_s: float | None,
+    elapsed_s: float,
+    scalars: dict[str, float],
+    max_time_s: float | None = None,
+) -> str:
     """One line, e.g.
     `1.20M/2.00M steps 60.0% | 41.3k steps/s | upd/s v_learner 5.2k p_learner 2.6k |
     ratio beta_av 8.00 beta_pv 2.00 | return 3512.4 | loss critic 0.412 actor -61.3 |
@@ -50,12 +59,14 @@ def format_progress(env_steps: int, total_env_steps: int, steps_per_s: float | N
         if not estimates or time_left < estimates[0]:
             head = f"{_si(env_steps)} steps {100.0 * min(elapsed_s / max_time_s, 1.0):.1f}% of {_hms(max_time_s)}"
         estimates.append(time_left)
-    parts = [head,
-             f"{_si(steps_per_s) if steps_per_s is not None else '-'} steps/s",
-             _group("upd/s", UPDATES_PER_S, _si, scalars),
-             _group("ratio", RATIO, "{:.2f}".format, scalars),
-             f"return {scalars[EVAL_RETURN]:.1f}" if EVAL_RETURN in scalars else None,
-             _group("loss", LOSS, "{:.3g}".format, scalars)]
+    parts = [
+        head,
+        f"{_si(steps_per_s) if steps_per_s is not None else '-'} steps/s",
+        _group("upd/s", UPDATES_PER_S, _si, scalars),
+        _group("ratio", RATIO, "{:.2f}".format, scalars),
+        f"return {scalars[EVAL_RETURN]:.1f}" if EVAL_RETURN in scalars else None,
+        _group("loss", LOSS, "{:.3g}".format, scalars),
+    ]
     parts = [p for p in parts if p]
     left = _hms(min(estimates)) if estimates else "?"
     parts.append(f"{_hms(elapsed_s)} elapsed, {left} left")
@@ -63,7 +74,7 @@ def format_progress(env_steps: int, total_env_steps: int, steps_per_s: float | N
 
 
 def _group(title: str, prefix: str, fmt, scalars: dict[str, float]) -> str | None:
-    items = [f"{k[len(prefix):]} {fmt(v)}" for k, v in scalars.items() if k.startswith(prefix)]
+    items = [f"{k[len(prefix) :]} {fmt(v)}" for k, v in scalars.items() if k.startswith(prefix)]
     return f"{title} {' '.join(items)}" if items else None
 
 

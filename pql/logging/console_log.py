@@ -6,6 +6,7 @@ tracebacks, and each role process's own lines. Hydra's logging does not write th
 (cfg/config.yaml: hydra/job_logging=stdout), so the file has one writer per process, each
 appending whole lines.
 """
+
 from __future__ import annotations
 
 import contextlib

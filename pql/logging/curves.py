@@ -1,4 +1,5 @@
 """Return-vs-env-steps and return-vs-wall-time panels, for one run or several."""
+
 from __future__ import annotations
 
 import math
@@ -6,6 +7,7 @@ import re
 import textwrap
 
 import numpy as np
+
 # Figure without pyplot renders with Agg and touches no global backend state, so drawing works
 # on a headless machine and inside a process that uses another backend.
 from matplotlib.figure import Figure
@@ -17,8 +19,9 @@ MEAN_OF_SEEDS = " (mean of {} seeds)"  # the end of a label whose curve is a mea
 _MEAN_OF_SEEDS = re.compile(re.escape(MEAN_OF_SEEDS).replace(r"\{\}", r"\d+") + "$")
 
 
-def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str, out_path: str,
-                title: str | None = None) -> Figure:
+def plot_curves(
+    curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str, out_path: str, title: str | None = None
+) -> Figure:
     """Draw `key` against env_steps (left) and wall_time_s (right) for each (label, metrics), and
     return the figure it saved.
 
@@ -46,8 +49,12 @@ def plot_curves(curves: list[tuple[str | None, dict[str, np.ndarray]]], key: str
     return fig
 
 
-def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np.ndarray]]]]], key: str,
-                     out_path: str, x_key: str = "env_steps") -> Figure:
+def plot_task_panels(
+    panels: list[tuple[str, list[tuple[str | None, dict[str, np.ndarray]]]]],
+    key: str,
+    out_path: str,
+    x_key: str = "env_steps",
+) -> Figure:
     """Draw `key` against `x_key` (env_steps or wall_time_s) in one panel per (task, curves):
     returns of different tasks share no scale. Curves are (label, metrics) as for `plot_curves`.
     Returns the figure it saved."""
@@ -64,8 +71,9 @@ def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np
         scale, x_label = 1.0, "env steps"
     # One colour per setting across the panels, so a setting reads the same in every task even
     # where a panel lacks some settings, or averages seeds the others do not.
-    settings = dict.fromkeys(_MEAN_OF_SEEDS.sub("", label) for _, curves in panels for label, _ in curves
-                             if label is not None)
+    settings = dict.fromkeys(
+        _MEAN_OF_SEEDS.sub("", label) for _, curves in panels for label, _ in curves if label is not None
+    )
     colors = {setting: f"C{i % 10}" for i, setting in enumerate(settings)}
     for ax, (task, curves) in zip(axes, panels):
         _draw(ax, curves, key, x_key, scale, colors)
@@ -75,7 +83,7 @@ def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np
         if any(label is not None for label, _ in curves):
             # Below the panel: inside it, a legend of several runs hid the curves it names.
             ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.15))
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     fig.supxlabel(x_label, fontsize="medium")
     fig.supylabel(key, fontsize="medium")
@@ -86,8 +94,9 @@ def plot_task_panels(panels: list[tuple[str, list[tuple[str | None, dict[str, np
 def _time_unit(curves) -> tuple[str, float]:
     """(unit, seconds per unit) that keeps the longest run's wall-time axis readable."""
     max_wall = max(float(np.nanmax(m["wall_time_s"], initial=0.0)) for _, m in curves)
-    return next((u, s) for u, s, limit in (("s", 1.0, 120.0), ("min", 60.0, 7200.0), ("h", 3600.0, np.inf))
-                if max_wall < limit)
+    return next(
+        (u, s) for u, s, limit in (("s", 1.0, 120.0), ("min", 60.0, 7200.0), ("h", 3600.0, np.inf)) if max_wall < limit
+    )
 
 
 def _draw(ax, curves, key: str, x_key: str, scale: float = 1.0, colors: dict[str, str] | None = None) -> None:
@@ -98,7 +107,7 @@ def _draw(ax, curves, key: str, x_key: str, scale: float = 1.0, colors: dict[str
         has = np.isfinite(y)
         x = metrics[x_key][has] / scale
         color = (colors or {}).get(_MEAN_OF_SEEDS.sub("", label)) if label is not None else None
-        line, = ax.plot(x, y[has], marker=".", label=label, color=color)
+        (line,) = ax.plot(x, y[has], marker=".", label=label, color=color)
         if key + SE in metrics:
             se = metrics[key + SE][has]
             ax.fill_between(x, y[has] - se, y[has] + se, color=line.get_color(), alpha=0.2, linewidth=0)

@@ -4,10 +4,10 @@ The console line picks scalars by these names; any other key is logged (CSV, Ten
 wandb) but not shown on the console.
 """
 
-EVAL_RETURN = "eval/return"          # mean undiscounted return of the evaluation episodes
-UPDATES_PER_S = "updates_per_s/"     # + role, e.g. "updates_per_s/v_learner"
-RATIO = "ratio/"                     # + measured ratio, e.g. "ratio/beta_av" (critic updates per actor step)
-LOSS = "loss/"                       # + loss, e.g. "loss/critic"
+EVAL_RETURN = "eval/return"  # mean undiscounted return of the evaluation episodes
+UPDATES_PER_S = "updates_per_s/"  # + role, e.g. "updates_per_s/v_learner"
+RATIO = "ratio/"  # + measured ratio, e.g. "ratio/beta_av" (critic updates per actor step)
+LOSS = "loss/"  # + loss, e.g. "loss/critic"
 
 METRICS_CSV = "metrics.csv"
 LEARNING_CURVE_PNG = "learning_curve.png"

@@ -5,6 +5,7 @@ appeared. A row leaves the keys it did not log empty. When a row brings a new ke
 rewritten once with the wider header (into a temporary file renamed over the old one, so a crash
 during the rewrite leaves the old file whole); rows are flushed as they are written.
 """
+
 from __future__ import annotations
 
 import csv
@@ -30,8 +31,10 @@ class MetricsCsv:
             with open(path, newline="") as f:
                 rows = list(csv.reader(f))
             if rows[0][:2] != FIXED_COLUMNS:
-                raise ValueError(f"{path} exists but is not a pql metrics file "
-                                 f"(its header starts {rows[0][:2]}, expected {FIXED_COLUMNS})")
+                raise ValueError(
+                    f"{path} exists but is not a pql metrics file "
+                    f"(its header starts {rows[0][:2]}, expected {FIXED_COLUMNS})"
+                )
             self.columns = rows[0]
             kept = [r for r in rows[1:] if len(r) >= 2 and _to_float(r[0]) <= start_env_steps]
             self.dropped = len(rows) - 1 - len(kept)
@@ -92,8 +95,10 @@ def read_metrics(path: str) -> dict[str, np.ndarray]:
     if not rows:
         return {}
     header, body = rows[0], rows[1:]
-    return {name: np.array([_to_float(r[i]) if i < len(r) else math.nan for r in body], dtype=np.float64)
-            for i, name in enumerate(header)}
+    return {
+        name: np.array([_to_float(r[i]) if i < len(r) else math.nan for r in body], dtype=np.float64)
+        for i, name in enumerate(header)
+    }
 
 
 def _to_float(cell: str) -> float:

@@ -4,6 +4,7 @@ One object in the main process receives the scalars and writes them to metrics.c
 TensorBoard and (when activated) wandb; it prints the live console line and, on close, draws
 learning_curve.png. See docs/logging.md for what lands in a run directory.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,16 @@ class RunLogger:
         earlier launch logged past it in this run_dir is dropped (metrics.csv, TensorBoard).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, config: dict, total_env_steps: int,
-                 wandb: WandbSettings | None = None, progress_every_s: float = 10.0,
-                 max_time_s: float | None = None, start_env_steps: int = 0):
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        config: dict,
+        total_env_steps: int,
+        wandb: WandbSettings | None = None,
+        progress_every_s: float = 10.0,
+        max_time_s: float | None = None,
+        start_env_steps: int = 0,
+    ):
         if total_env_steps <= 0:
             raise ValueError(f"total_env_steps={total_env_steps!r} is not allowed; expected an integer > 0")
         self.run_dir = os.fspath(run_dir)
@@ -48,8 +56,11 @@ class RunLogger:
             f.write(config_text + "\n")
         self._csv = MetricsCsv(os.path.join(self.run_dir, METRICS_CSV), start_env_steps)
         if self._csv.dropped:
-            print(f"pql: {METRICS_CSV}: dropped {self._csv.dropped} rows logged after env step {start_env_steps:,}, "
-                  "where this run starts (after the checkpoint it resumes from)", flush=True)
+            print(
+                f"pql: {METRICS_CSV}: dropped {self._csv.dropped} rows logged after env step {start_env_steps:,}, "
+                "where this run starts (after the checkpoint it resumes from)",
+                flush=True,
+            )
         self._tb = SummaryWriter(log_dir=self.run_dir, flush_secs=10, purge_step=start_env_steps + 1)
         self._tb.add_text("config", "```\n" + config_text + "\n```")  # TensorBoard renders markdown
         self._progress = Progress(total_env_steps, progress_every_s, max_time_s)

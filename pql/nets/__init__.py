@@ -3,4 +3,12 @@ from pql.nets.critic import DoubleQ, ValueNet
 from pql.nets.mlp import mlp
 from pql.nets.normalizer import ObsNormalizer
 
-__all__ = ["DeterministicActor", "GaussianActor", "SquashedGaussianActor", "DoubleQ", "ValueNet", "mlp", "ObsNormalizer"]
+__all__ = [
+    "DeterministicActor",
+    "GaussianActor",
+    "SquashedGaussianActor",
+    "DoubleQ",
+    "ValueNet",
+    "mlp",
+    "ObsNormalizer",
+]

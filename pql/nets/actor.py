@@ -1,5 +1,6 @@
 """Policies. Every policy acts in the normalised action box [-1, 1]^act_dim; the runtime maps
 that box onto the task's bounds, so replay, targets and losses never see task units."""
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,9 @@ class SquashedGaussianActor(nn.Module):
 
     LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], init_alpha: float = 0.1,
-                 *, activation: str):
+    def __init__(
+        self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], init_alpha: float = 0.1, *, activation: str
+    ):
         super().__init__()
         self.net = mlp(obs_dim, hidden, 2 * act_dim, activation=activation)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
@@ -55,8 +57,9 @@ class GaussianActor(nn.Module):
     """On-policy Gaussian policy (PPO, IMPALA) with a state-independent log std. Actions are
     sampled unsquashed and clipped to [-1, 1] by the runtime; log-probs are of the raw sample."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], init_log_std: float = -0.5,
-                 *, activation: str):
+    def __init__(
+        self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], init_log_std: float = -0.5, *, activation: str
+    ):
         super().__init__()
         self.net = mlp(obs_dim, hidden, act_dim, activation=activation)
         self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))

@@ -1,4 +1,5 @@
 """Critics: twin Q for clipped double Q-learning, its distributional form, and a state value."""
+
 from __future__ import annotations
 
 import torch
@@ -11,8 +12,16 @@ class DoubleQ(nn.Module):
     """Two independent Q heads. obs [B, obs_dim], action [B, act_dim] -> (q1, q2), each [B, out_dim]
     (out_dim = 1 for scalar Q, num_atoms logits for the distributional critic)."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], out_dim: int = 1,
-                 layer_norm: bool = False, *, activation: str):
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        out_dim: int = 1,
+        layer_norm: bool = False,
+        *,
+        activation: str,
+    ):
         super().__init__()
         self.q1 = mlp(obs_dim + act_dim, hidden, out_dim, layer_norm, activation=activation)
         self.q2 = mlp(obs_dim + act_dim, hidden, out_dim, layer_norm, activation=activation)

@@ -1,4 +1,5 @@
 """Running mean/std observation normaliser, shared by every role through the weight sync."""
+
 from __future__ import annotations
 
 import torch

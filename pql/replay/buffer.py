@@ -1,5 +1,6 @@
 """Device-resident replay: a ring over a dict of tensors (storage) plus a sampler (which items
 to draw). Storage and sampling are separate so uniform and prioritized replay share the ring."""
+
 from __future__ import annotations
 
 import torch
@@ -32,14 +33,15 @@ class ReplayBuffer:
     4·(obs_dim + 2) more with algo.greedy_nstep's first step.
     """
 
-    def __init__(self, capacity: int, spec: dict, device, sampler=None,
-                 generator: torch.Generator | None = None):
+    def __init__(self, capacity: int, spec: dict, device, sampler=None, generator: torch.Generator | None = None):
         if capacity <= 0:
             raise ValueError(f"replay capacity must be > 0, got {capacity}")
         self.capacity = int(capacity)
         self.device = torch.device(device)
-        self.storage = {k: torch.empty((self.capacity, *shape), dtype=dtype, device=self.device)
-                        for k, (shape, dtype) in spec.items()}
+        self.storage = {
+            k: torch.empty((self.capacity, *shape), dtype=dtype, device=self.device)
+            for k, (shape, dtype) in spec.items()
+        }
         self.sampler = sampler if sampler is not None else UniformSampler(self.device)
         self.generator = generator
         self.cursor = 0  # next slot to write
@@ -53,8 +55,8 @@ class ReplayBuffer:
         prioritized sampler (None: it uses its own rule). -> the ring indices written, [B] long."""
         n = next(iter(batch.values())).shape[0]
         if n > self.capacity:  # only the newest `capacity` items can survive anyway
-            batch = {k: v[-self.capacity:] for k, v in batch.items()}
-            td_abs = None if td_abs is None else td_abs[-self.capacity:]
+            batch = {k: v[-self.capacity :] for k, v in batch.items()}
+            td_abs = None if td_abs is None else td_abs[-self.capacity :]
             n = self.capacity
         indices = (self.cursor + torch.arange(n, device=self.device)) % self.capacity
         # Asynchronous only into device memory: a non-blocking copy into host memory may be read

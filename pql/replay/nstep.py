@@ -1,5 +1,6 @@
 """What the replay of the off-policy learners holds, and the n-step window that makes it: each
 env's last n steps folded into one transition (obs, action, n-step return, bootstrap obs, γ^m)."""
+
 from __future__ import annotations
 
 import torch
@@ -17,12 +18,17 @@ def transition_spec(obs_dim: int, act_dim: int, first_step: bool = False) -> dic
     """The n-step folded transition the actor makes and the V-learner stores; with first_step
     also the one-step transition it starts with (reward1 = r_0, next_obs1 = s_1, discount1 = γ, 0
     after a termination), for the greedy target."""
-    spec = {"obs": ((obs_dim,), torch.float32), "action": ((act_dim,), torch.float32),
-            "reward": ((), torch.float32), "next_obs": ((obs_dim,), torch.float32),
-            "discount": ((), torch.float32)}
+    spec = {
+        "obs": ((obs_dim,), torch.float32),
+        "action": ((act_dim,), torch.float32),
+        "reward": ((), torch.float32),
+        "next_obs": ((obs_dim,), torch.float32),
+        "discount": ((), torch.float32),
+    }
     if first_step:
-        spec.update({"reward1": ((), torch.float32), "next_obs1": ((obs_dim,), torch.float32),
-                     "discount1": ((), torch.float32)})
+        spec.update(
+            {"reward1": ((), torch.float32), "next_obs1": ((obs_dim,), torch.float32), "discount1": ((), torch.float32)}
+        )
     return spec
 
 
@@ -57,10 +63,17 @@ class NStepWindow:
         # from the observation that followed its last folded step, final_obs if the episode ended.
         last = steps[0] - 1
         next_obs = boots[last, torch.arange(obs0.shape[0], device=obs0.device)]
-        transition = {"obs": obs0, "action": action0, "reward": returns[0], "next_obs": next_obs, "discount": discount[0]}
+        transition = {
+            "obs": obs0,
+            "action": action0,
+            "reward": returns[0],
+            "next_obs": next_obs,
+            "discount": discount[0],
+        }
         if self.first_step:
-            transition.update({"reward1": rewards[0], "next_obs1": boots[0],
-                               "discount1": self.gamma * (~terms[0]).to(rewards.dtype)})
+            transition.update(
+                {"reward1": rewards[0], "next_obs1": boots[0], "discount1": self.gamma * (~terms[0]).to(rewards.dtype)}
+            )
         if self.priority_eta is not None:
             td_abs = torch.stack([s[6] for s in self.steps], dim=1)  # [N, n]
             transition["priority"] = sequence_priority(td_abs, self.priority_eta, lengths=steps[0])

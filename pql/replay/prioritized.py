@@ -29,6 +29,7 @@ is sampled. rerank_every=None re-ranks after ceil(size / batch_size) sample call
 buffer's worth of priority writes: the sort's O(N log N) is spread over N writes, O(log N) per
 write like the tree update itself, and a buffer no larger than a batch is ranked exactly.
 """
+
 from __future__ import annotations
 
 import torch
@@ -57,19 +58,35 @@ class PrioritizedSampler:
     Memory in rank mode: 8 bytes per slot beside the tree (|delta| and the last ranking's).
     """
 
-    def __init__(self, capacity: int, device: torch.device | str = "cpu", mode: str = "proportional",
-                 alpha: float = 0.6, beta0: float = 0.4, beta_anneal_updates: int = 100_000,
-                 eps: float = 1e-6, validate: bool = True, impl: str = "auto",
-                 rerank_every: int | None = None):
+    def __init__(
+        self,
+        capacity: int,
+        device: torch.device | str = "cpu",
+        mode: str = "proportional",
+        alpha: float = 0.6,
+        beta0: float = 0.4,
+        beta_anneal_updates: int = 100_000,
+        eps: float = 1e-6,
+        validate: bool = True,
+        impl: str = "auto",
+        rerank_every: int | None = None,
+    ):
         _check_number("mode", mode, mode in MODES, f"one of {', '.join(MODES)}")
         _check_number("alpha", alpha, alpha >= 0, "a number >= 0")
         _check_number("beta0", beta0, 0 <= beta0 <= 1, "a number in [0, 1]")
-        _check_number("beta_anneal_updates", beta_anneal_updates,
-                      isinstance(beta_anneal_updates, int) and beta_anneal_updates > 0, "an integer > 0")
+        _check_number(
+            "beta_anneal_updates",
+            beta_anneal_updates,
+            isinstance(beta_anneal_updates, int) and beta_anneal_updates > 0,
+            "an integer > 0",
+        )
         _check_number("eps", eps, eps > 0, "a number > 0")
-        _check_number("rerank_every", rerank_every,
-                      rerank_every is None or (isinstance(rerank_every, int) and rerank_every >= 1),
-                      "an integer >= 1 (sample calls between re-ranks) or None (size / batch_size)")
+        _check_number(
+            "rerank_every",
+            rerank_every,
+            rerank_every is None or (isinstance(rerank_every, int) and rerank_every >= 1),
+            "an integer >= 1 (sample calls between re-ranks) or None (size / batch_size)",
+        )
         self.mode, self.alpha, self.beta0, self.eps = mode, float(alpha), float(beta0), float(eps)
         self.beta_anneal_updates = beta_anneal_updates
         self.validate = validate
@@ -107,8 +124,11 @@ class PrioritizedSampler:
             return
         self._set_td_abs(indices, self.max_priority.expand(indices.shape))
         if self._estimates_ranks():
-            ranks = (self._ranks_after(self.max_priority) + self._new_at_max
-                     + torch.arange(indices.numel(), device=self.device))
+            ranks = (
+                self._ranks_after(self.max_priority)
+                + self._new_at_max
+                + torch.arange(indices.numel(), device=self.device)
+            )
             self.tree.update(indices, ranks.to(torch.float32).pow(-self.alpha))
         self._new_at_max += indices.numel()
 
@@ -116,14 +136,18 @@ class PrioritizedSampler:
         """Priorities after a critic update. indices: [B] int64 slots from sample();
         td_abs: [B] float |TD error| >= 0 (finite). A slot repeated in the batch keeps its last."""
         if td_abs.shape != indices.shape or not td_abs.is_floating_point():
-            raise ValueError(f"td_abs must be a float tensor of shape {tuple(indices.shape)} (one per "
-                             f"index), got shape {tuple(td_abs.shape)} dtype {td_abs.dtype}")
+            raise ValueError(
+                f"td_abs must be a float tensor of shape {tuple(indices.shape)} (one per "
+                f"index), got shape {tuple(td_abs.shape)} dtype {td_abs.dtype}"
+            )
         if self.validate and td_abs.numel():
             bad = ~(torch.isfinite(td_abs) & (td_abs >= 0))
             if bad.any():
                 i = int(bad.nonzero()[0])
-                raise ValueError(f"td_abs[{i}]={float(td_abs[i])} is not allowed: td_abs must be finite "
-                                 "and >= 0 (a NaN or inf TD error usually means the critic diverged)")
+                raise ValueError(
+                    f"td_abs[{i}]={float(td_abs[i])} is not allowed: td_abs must be finite "
+                    "and >= 0 (a NaN or inf TD error usually means the critic diverged)"
+                )
         if indices.numel() == 0:
             return
         td_abs = td_abs.detach().to(torch.float32)
@@ -162,19 +186,25 @@ class PrioritizedSampler:
         if size * (self.tree.num_leaves.bit_length() - 1) < self.tree.num_leaves:
             self.tree.update(order, leaves)
         else:
-            self.tree.reset(torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
-                            .index_copy_(0, order, leaves))
+            self.tree.reset(
+                torch.zeros(self.capacity, dtype=torch.float32, device=self.device).index_copy_(0, order, leaves)
+            )
         self._ranked_neg_td = ranked_td.neg_()
         self._uses_left = self.rerank_every or -(-size // max(1, batch_size))
         self._changed = False
         self._new_at_max = 0
 
-    def sample(self, batch_size: int, size: int, generator: torch.Generator | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, batch_size: int, size: int, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw batch_size slots among the first `size`: (indices [B] int64, weights [B] float32),
         weights in (0, 1]. generator: a torch.Generator on the sampler's device, or None."""
-        _check_number("size", size, isinstance(size, int) and 0 < size <= self.capacity,
-                      f"an integer in [1, {self.capacity}] (the number of items in the buffer)")
+        _check_number(
+            "size",
+            size,
+            isinstance(size, int) and 0 < size <= self.capacity,
+            f"an integer in [1, {self.capacity}] (the number of items in the buffer)",
+        )
         if self.mode == "rank":
             if self._ranked_neg_td.numel() == 0 or (self._changed and self._uses_left <= 0):
                 self._rerank(size, batch_size)
@@ -195,8 +225,7 @@ def sequence_priority(td_abs: torch.Tensor, eta: float = 0.9, lengths: torch.Ten
     same device.
     """
     if td_abs.dim() != 2 or not td_abs.is_floating_point():
-        raise ValueError(f"td_abs must be a [B, T] float tensor, got shape {tuple(td_abs.shape)} "
-                         f"dtype {td_abs.dtype}")
+        raise ValueError(f"td_abs must be a [B, T] float tensor, got shape {tuple(td_abs.shape)} dtype {td_abs.dtype}")
     if td_abs.shape[1] == 0:
         raise ValueError("td_abs has T=0 steps; a sequence priority needs at least one")
     _check_number("eta", eta, 0 <= eta <= 1, "a number in [0, 1]")

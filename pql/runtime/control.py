@@ -17,6 +17,7 @@ has finished, the learners catch up: the run ends at v = beta_av Â· a and p = âŒ
 (`caught_up`), counts every replica of a data-parallel run reaches alike. These are predicates
 only: a role that may not run waits (pql/runtime/waiting.py) until one holds.
 """
+
 from __future__ import annotations
 
 from pql.runtime.shared import RunCounters, RunStats
@@ -33,8 +34,17 @@ class RatioCounters(RunCounters):
     warmup_steps             actor steps of warm-up in this launch, not counted in the ratios (main)
     """
 
-    slots = ("actor_steps", "critic_updates", "policy_updates", "consumed_v", "consumed_p", "launch_actor_steps",
-             "launch_critic_updates", "launch_policy_updates", "warmup_steps")
+    slots = (
+        "actor_steps",
+        "critic_updates",
+        "policy_updates",
+        "consumed_v",
+        "consumed_p",
+        "launch_actor_steps",
+        "launch_critic_updates",
+        "launch_policy_updates",
+        "warmup_steps",
+    )
     persistent = RunCounters.persistent + ("actor_steps", "critic_updates", "policy_updates")
     progress = ("actor_steps", "critic_updates", "policy_updates", "consumed_v", "consumed_p")
 
@@ -58,8 +68,15 @@ class LearnerStats(RunStats):
 class RatioController:
     """The predicates above over `counters`."""
 
-    def __init__(self, counters: RatioCounters, beta_av: int, beta_pv: int, max_lag: int,
-                 early_beta_av: int | None = None, early_steps: int = 0):
+    def __init__(
+        self,
+        counters: RatioCounters,
+        beta_av: int,
+        beta_pv: int,
+        max_lag: int,
+        early_beta_av: int | None = None,
+        early_steps: int = 0,
+    ):
         self.counters = counters
         self.beta_av, self.beta_pv, self.max_lag = beta_av, beta_pv, max_lag
         self.early_beta_av = beta_av if early_beta_av is None else early_beta_av
@@ -68,8 +85,11 @@ class RatioController:
     def progress(self) -> tuple[int, int, int]:
         """(a, v, p) since launch, a counted after the warm-up."""
         c = self.counters.as_dict()
-        return (c["actor_steps"] - c["launch_actor_steps"] - c["warmup_steps"],
-                c["critic_updates"] - c["launch_critic_updates"], c["policy_updates"] - c["launch_policy_updates"])
+        return (
+            c["actor_steps"] - c["launch_actor_steps"] - c["warmup_steps"],
+            c["critic_updates"] - c["launch_critic_updates"],
+            c["policy_updates"] - c["launch_policy_updates"],
+        )
 
     def critic_updates_for(self, a: int) -> int:
         """The critic updates the launch's first a actor steps allow."""
@@ -104,5 +124,8 @@ class RatioController:
     def started(self) -> bool:
         """Whether every role has counted work in this launch."""
         c = self.counters.as_dict()
-        return (c["actor_steps"] > c["launch_actor_steps"] and c["critic_updates"] > c["launch_critic_updates"]
-                and c["policy_updates"] > c["launch_policy_updates"])
+        return (
+            c["actor_steps"] > c["launch_actor_steps"]
+            and c["critic_updates"] > c["launch_critic_updates"]
+            and c["policy_updates"] > c["launch_policy_updates"]
+        )

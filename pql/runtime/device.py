@@ -10,6 +10,7 @@ the host must wait (evaluation, a checkpoint, IMPALA's trajectory hand-over) it 
 `synchronize` or `host_values`, which count their calls on every device, the CPU included, so a
 test can bound the synchronisations per update without a GPU.
 """
+
 from __future__ import annotations
 
 import collections
@@ -63,7 +64,7 @@ class Fence:
         self.device = device
         self._event = torch.cuda.Event() if device.type == "cuda" else None
 
-    def record(self) -> "Fence":
+    def record(self) -> Fence:
         if self._event is not None:
             self._event.record(torch.cuda.current_stream(self.device))
         return self

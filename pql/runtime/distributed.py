@@ -19,6 +19,7 @@ The role groups rendezvous on torchrun's TCPStore (MASTER_ADDR:MASTER_PORT, set 
 every process and inherited by the role processes), each under a prefix of its own. Plain
 `python train.py` makes no process group: `Replicas.world == 1` and every collective is a no-op.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -61,13 +62,17 @@ class Replicas:
     local_world: int = 1
 
     @staticmethod
-    def from_env() -> "Replicas":
+    def from_env() -> Replicas:
         """Read torchrun's environment (role processes inherit it from their replica's main)."""
         env = os.environ
         if "WORLD_SIZE" not in env or "TORCHELASTIC_RUN_ID" not in env:
             return Replicas()
-        return Replicas(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]),
-                        int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])))
+        return Replicas(
+            int(env["RANK"]),
+            int(env["WORLD_SIZE"]),
+            int(env["LOCAL_RANK"]),
+            int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
+        )
 
     @property
     def lead(self) -> bool:
@@ -87,8 +92,9 @@ class Replicas:
 def _store(prefix: str, timeout_s: float) -> dist.Store:
     """A client of torchrun's store, keys under `prefix` (unique to this launch of the job)."""
     env = os.environ
-    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
-                          timeout=timedelta(seconds=timeout_s))
+    store = dist.TCPStore(
+        env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False, timeout=timedelta(seconds=timeout_s)
+    )
     launch = f"pql/{env['TORCHELASTIC_RUN_ID']}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     return dist.PrefixStore(f"{launch}/{prefix}", store)
 
@@ -102,8 +108,13 @@ def init_replicas(replicas: Replicas, timeout_s: float) -> None:
     of roles that run in the main process are made from it."""
     if replicas.world > 1 and not dist.is_initialized():
         with _collective("the replicas' rendezvous"):
-            dist.init_process_group("gloo", store=_store("main", timeout_s), rank=replicas.rank,
-                                    world_size=replicas.world, timeout=timedelta(seconds=timeout_s))
+            dist.init_process_group(
+                "gloo",
+                store=_store("main", timeout_s),
+                rank=replicas.rank,
+                world_size=replicas.world,
+                timeout=timedelta(seconds=timeout_s),
+            )
 
 
 def close_replicas() -> None:
@@ -187,8 +198,9 @@ def role_group(replicas: Replicas, role: str, device: torch.device, timeout_s: f
         if ordered:
             group = dist.new_group(backend=backend, timeout=timeout)
         else:
-            dist.init_process_group(backend, store=_store(role, timeout_s), rank=replicas.rank,
-                                    world_size=replicas.world, timeout=timeout)
+            dist.init_process_group(
+                backend, store=_store(role, timeout_s), rank=replicas.rank, world_size=replicas.world, timeout=timeout
+            )
             group = dist.group.WORLD
         host = group if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
     return ReplicaGroup(replicas, group, host, ordered)
@@ -214,11 +226,11 @@ class RankBoard:
         return {int(k[4:]): json.loads(self.store.get(k)) for k in keys if self.store.check([k])}
 
 
-
 # When a role of one replica fails, the other replicas' collectives fail a moment later
 # (ReplicaLost), and torchrun may stop the failing replica before it has printed. So the failing
 # replica posts its cause in torchrun's store, and a replica that merely lost the others reports
 # that cause rather than its own symptom. A store that is gone too leaves each its local report.
+
 
 def post_failure(replicas: Replicas, cause: str, timeout_s: float) -> None:
     if replicas.world > 1:

@@ -2,10 +2,12 @@
 
 Learners check what they report anyway (losses and mean Q, read back every few dozen updates,
 so no extra host sync): a value that is nan or ±inf, or a critic loss above
-runtime.max_critic_loss (if set: how large a loss is depends on the task's reward scale), raises `Diverged` naming the role, the quantity and the update. The run
-stops as for any failing role (exit 1); the checkpoint already written stays as it was, and
-`check_state` keeps a checkpoint with non-finite numbers from ever replacing it.
+runtime.max_critic_loss (if set: how large a loss is depends on the task's reward scale),
+raises `Diverged` naming the role, the quantity and the update. The run stops as for any failing
+role (exit 1); the checkpoint already written stays as it was, and `check_state` keeps a
+checkpoint with non-finite numbers from ever replacing it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +28,10 @@ def check_values(role: str, values: dict, at: str, bounds: dict | None = None) -
         if not math.isfinite(value):
             raise Diverged(f"{role} diverged: {quantity} is {value} at {at}")
         if bound is not None and value > bound:
-            raise Diverged(f"{role} diverged: {quantity} is {value:.4g} at {at}, above the bound {bound:g} "
-                           "(runtime.max_critic_loss)")
+            raise Diverged(
+                f"{role} diverged: {quantity} is {value:.4g} at {at}, above the bound {bound:g} "
+                "(runtime.max_critic_loss)"
+            )
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
 """Returns and lengths of the training episodes, accumulated on the device."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Evaluations during a run: one at a time, inline or on a thread beside the main process's work."""
+
 from __future__ import annotations
 
 import copy
@@ -19,8 +20,8 @@ class EvalResult:
     mean_return: float
     mean_length: float
     policy_version: int
-    env_steps: int       # the run's env steps when the policy was taken
-    seconds: float       # wall time from start to result
+    env_steps: int  # the run's env steps when the policy was taken
+    seconds: float  # wall time from start to result
 
 
 class Evaluator:
@@ -46,8 +47,9 @@ class Evaluator:
         not run while this thread launches other work."""
         with torch.no_grad():
             self.env.reset()
-            self.env.step(to_env_action(torch.zeros(self.env.num_envs, self.env.act_dim, device=self.env.device),
-                                        self.env))
+            self.env.step(
+                to_env_action(torch.zeros(self.env.num_envs, self.env.act_dim, device=self.env.device), self.env)
+            )
 
     @property
     def busy(self) -> bool:
@@ -64,8 +66,12 @@ class Evaluator:
         if self.device.type == "cuda":  # the copies above are queued on this thread's stream
             ready = torch.cuda.Event()
             ready.record()
-        self._thread = threading.Thread(target=self._in_background, name="pql-evaluation", daemon=True,
-                                        args=(policy, normalizer, version, env_steps, ready))
+        self._thread = threading.Thread(
+            target=self._in_background,
+            name="pql-evaluation",
+            daemon=True,
+            args=(policy, normalizer, version, env_steps, ready),
+        )
         self._thread.start()
 
     def _run(self, policy, normalizer, version: int, env_steps: int) -> EvalResult:

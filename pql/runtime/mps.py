@@ -14,6 +14,7 @@ meets a daemon it did not start (one already reachable is used as it is and left
 when the command ends, also after an exception, Ctrl-C, SIGTERM or SIGHUP. A SIGKILL of the main
 process cannot be handled: the daemon then outlives it (docs/gpu.md says how to stop it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 from pql.config import ROLE_DEVICE_KEYS, ConfigError
 
@@ -52,8 +53,14 @@ class MpsDaemon:
         self.started = False
 
     def control(self, *args: str, command: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([CONTROL, *args], input=command, capture_output=True, text=True,
-                              timeout=CONTROL_TIMEOUT_S, env={**os.environ, **self.env})
+        return subprocess.run(
+            [CONTROL, *args],
+            input=command,
+            capture_output=True,
+            text=True,
+            timeout=CONTROL_TIMEOUT_S,
+            env={**os.environ, **self.env},
+        )
 
     def start(self) -> str | None:
         """Start the daemon. -> None, or why it could not start."""
@@ -106,6 +113,7 @@ def reachable_daemon() -> str | None:
 def _signals_exit() -> Iterator[None]:
     """SIGTERM and SIGHUP end the process as an exception would (exit 128 + the signal), so the
     daemon is stopped on the way out; the run installs handlers of its own inside."""
+
     def leave(signum, frame):
         raise SystemExit(128 + signum)
 
@@ -135,8 +143,11 @@ def sharing_gpu(mode: str, why_not: str | None = None) -> Iterator[MpsDaemon | N
         return
     existing = reachable_daemon()
     if existing is not None:
-        print(f"pql: MPS: the roles are clients of the daemon already running at {existing} (pql starts none, "
-              "and leaves it running)", flush=True)
+        print(
+            f"pql: MPS: the roles are clients of the daemon already running at {existing} (pql starts none, "
+            "and leaves it running)",
+            flush=True,
+        )
         yield None
         return
     daemon = MpsDaemon()
@@ -145,14 +156,20 @@ def sharing_gpu(mode: str, why_not: str | None = None) -> Iterator[MpsDaemon | N
         daemon.stop()
         if mode == "on":
             raise MpsError(f"runtime.mps=on, but no MPS daemon could start: {problem}")
-        print(f"pql: MPS not used: {problem}; the role processes take turns on the GPU "
-              "(runtime.mps=off silences this line; docs/gpu.md)", flush=True)
+        print(
+            f"pql: MPS not used: {problem}; the role processes take turns on the GPU "
+            "(runtime.mps=off silences this line; docs/gpu.md)",
+            flush=True,
+        )
         yield None
         return
     saved = {key: os.environ.get(key) for key in daemon.env}
     os.environ.update(daemon.env)
-    print(f"pql: MPS: a daemon of this run's own ({daemon.env[PIPE_ENV]}) lets the roles share the GPU; "
-          "it stops with the run", flush=True)
+    print(
+        f"pql: MPS: a daemon of this run's own ({daemon.env[PIPE_ENV]}) lets the roles share the GPU; "
+        "it stops with the run",
+        flush=True,
+    )
     failed = False
     try:
         with _signals_exit():
@@ -176,10 +193,17 @@ def plan(cfgs: list, replicas: int) -> tuple[str, str | None]:
     One daemon serves the whole command, so a sweep's jobs must agree on runtime.mps."""
     modes = sorted({cfg.runtime.mps for cfg in cfgs})
     if len(modes) > 1:
-        raise ConfigError("runtime.mps", ",".join(modes), "one value for every job of a sweep (one MPS daemon "
-                                                          "serves the whole command)")
-    processes_on_gpu = [cfg for cfg in cfgs if cfg.runtime.mode == "process" and any(
-        str(getattr(cfg.runtime, key)).startswith("cuda") for key in ("device", *ROLE_DEVICE_KEYS))]
+        raise ConfigError(
+            "runtime.mps",
+            ",".join(modes),
+            "one value for every job of a sweep (one MPS daemon serves the whole command)",
+        )
+    processes_on_gpu = [
+        cfg
+        for cfg in cfgs
+        if cfg.runtime.mode == "process"
+        and any(str(getattr(cfg.runtime, key)).startswith("cuda") for key in ("device", *ROLE_DEVICE_KEYS))
+    ]
     if not processes_on_gpu:
         return modes[0], "no job runs processes on a GPU (runtime.mode=process on CUDA)"
     if replicas > 1:

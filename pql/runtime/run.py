@@ -20,6 +20,7 @@ alone evaluates, logs, checkpoints and prints, the others only train and post th
 for rank 0's lines. A checkpoint also records how many replicas wrote it ("replicas"), and
 resumes with as many.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,18 +33,32 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from pql.checkpoint import (STOP_SIGNALS, CheckpointWriteError, load_checkpoint, rng_state, save_checkpoint,
-                            set_rng_state)
+from pql.checkpoint import (
+    STOP_SIGNALS,
+    CheckpointWriteError,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from pql.config import ALGORITHMS, ConfigError, apply_device_defaults, to_dict
 from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.logging import RunLogger, WandbSettings
 from pql.nets import ObsNormalizer
 from pql.runtime.device import use_device
+from pql.runtime.distributed import (
+    CAUSE_WAIT_S,
+    RankBoard,
+    ReplicaLost,
+    Replicas,
+    close_replicas,
+    failure_elsewhere,
+    init_replicas,
+    post_failure,
+)
 from pql.runtime.divergence import check_state
 from pql.runtime.evaluation import EvalResult, Evaluator
-from pql.runtime.distributed import (CAUSE_WAIT_S, RankBoard, ReplicaLost, Replicas, close_replicas,
-                                     failure_elsewhere, init_replicas, post_failure)
 from pql.runtime.supervisor import threads_per_process
 
 EVAL_SEED_OFFSET = 10_000  # evaluation envs draw other initial states than the training envs
@@ -89,7 +104,7 @@ class Runner(Protocol):
     def make_policy(cfg, obs_dim: int, act_dim: int) -> nn.Module:
         """An untrained policy module of this algorithm (test=true loads the checkpoint's into it)."""
 
-    def run(self, monitor: "Monitor") -> None:
+    def run(self, monitor: Monitor) -> None:
         """Train until the env-step budget is spent or monitor.should_stop(), calling
         monitor.tick() as it goes and monitor.tick(final=True) last, while the roles still run."""
 
@@ -126,9 +141,11 @@ def train(cfg) -> dict:
             return _train(cfg, replicas)
         except ReplicaLost as e:
             cause = failure_elsewhere(replicas, timeout_s)
-            raise ReplicaLost(f"rank {replicas.rank}: {e} (no other replica reported a cause within "
-                              f"{CAUSE_WAIT_S:.0f} s)" if cause is None else
-                              f"{cause}\n(rank {replicas.rank} stopped with it: {e})") from e
+            raise ReplicaLost(
+                f"rank {replicas.rank}: {e} (no other replica reported a cause within {CAUSE_WAIT_S:.0f} s)"
+                if cause is None
+                else f"{cause}\n(rank {replicas.rank} stopped with it: {e})"
+            ) from e
         except Exception as e:
             post_failure(replicas, f"rank {replicas.rank}: {e}", timeout_s)
             raise
@@ -138,13 +155,15 @@ def train(cfg) -> dict:
 
 def _train(cfg, replicas: Replicas) -> dict:
     runner_cls = ALGORITHMS[cfg.algo.name].load_runner()
-    device = use_device(apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None,
-                                              replicas.world))  # prints the settings line
+    device = use_device(
+        apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world)
+    )  # prints the settings line
     if cfg.runtime.torch_threads or replicas.local_world > 1:
         torch.set_num_threads(threads_per_process(cfg, 1))
     torch.manual_seed(replicas.seed(cfg.runtime.seed))
-    eval_env = build_env(cfg.task, cfg.task.eval_envs if replicas.lead else 1, device,
-                         cfg.runtime.seed + EVAL_SEED_OFFSET)
+    eval_env = build_env(
+        cfg.task, cfg.task.eval_envs if replicas.lead else 1, device, cfg.runtime.seed + EVAL_SEED_OFFSET
+    )
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim
     resume = load_resume(cfg, replicas.world)
     if cfg.test:
@@ -152,12 +171,23 @@ def _train(cfg, replicas: Replicas) -> dict:
     runner = runner_cls(cfg, device, obs_dim, act_dim, resume)
     if resume is not None:
         set_rng_state(resume["rng"])  # after the networks are built: building them draws from it
-        print(f"pql: resuming from {cfg.checkpoint} at {resume['counters']['env_steps'] * replicas.world:,} env steps",
-              flush=True)
-    logger = RunLogger(cfg.run_dir, to_dict(cfg), cfg.runtime.max_env_steps,
-                       wandb=WandbSettings(**vars(cfg.wandb)) if cfg.wandb.activate else None,
-                       progress_every_s=cfg.runtime.log_every_s, max_time_s=cfg.runtime.max_time_s,
-                       start_env_steps=runner.counts()["env_steps"]) if replicas.lead else None
+        print(
+            f"pql: resuming from {cfg.checkpoint} at {resume['counters']['env_steps'] * replicas.world:,} env steps",
+            flush=True,
+        )
+    logger = (
+        RunLogger(
+            cfg.run_dir,
+            to_dict(cfg),
+            cfg.runtime.max_env_steps,
+            wandb=WandbSettings(**vars(cfg.wandb)) if cfg.wandb.activate else None,
+            progress_every_s=cfg.runtime.log_every_s,
+            max_time_s=cfg.runtime.max_time_s,
+            start_env_steps=runner.counts()["env_steps"],
+        )
+        if replicas.lead
+        else None
+    )
     monitor = Monitor(cfg, runner, eval_env, logger, RankBoard(replicas, cfg.runtime.stall_timeout_s))
     try:
         runner.run(monitor)
@@ -181,13 +211,18 @@ def load_resume(cfg, replicas: int = 1) -> dict | None:
     state = load_checkpoint(cfg.checkpoint)
     for key, current in (("algo", cfg.algo.name), ("task", cfg.task.name)):
         if state[key] != current:
-            raise ConfigError(key, current, f"{state[key]}: {cfg.checkpoint} was written by algo={state['algo']} "
-                                            f"task={state['task']}")
+            raise ConfigError(
+                key, current, f"{state[key]}: {cfg.checkpoint} was written by algo={state['algo']} task={state['task']}"
+            )
     written_by = state.get("replicas", 1)
     if written_by != replicas:
-        raise ConfigError("checkpoint", cfg.checkpoint, f"a checkpoint of {replicas} replica(s): this one was "
-                                                        f"written by {written_by}; resume it with as many "
-                                                        f"(torchrun --nproc_per_node × --nnodes = {written_by})")
+        raise ConfigError(
+            "checkpoint",
+            cfg.checkpoint,
+            f"a checkpoint of {replicas} replica(s): this one was "
+            f"written by {written_by}; resume it with as many "
+            f"(torchrun --nproc_per_node × --nnodes = {written_by})",
+        )
     return state
 
 
@@ -204,8 +239,11 @@ def evaluate_checkpoint(cfg, eval_env, state: dict, device) -> dict:
     """test=true: evaluate the checkpoint's policy and print what it scored. -> the eval scalars."""
     policy, normalizer = checkpoint_policy(cfg, state, eval_env.obs_dim, eval_env.act_dim, device)
     ret, length = evaluate(eval_env, policy, normalizer)
-    print(f"pql: evaluated {cfg.checkpoint} on {cfg.task.eval_envs} {cfg.task.name} envs: "
-          f"mean return {ret:.2f}, mean length {length:.1f}", flush=True)
+    print(
+        f"pql: evaluated {cfg.checkpoint} on {cfg.task.eval_envs} {cfg.task.name} envs: "
+        f"mean return {ret:.2f}, mean length {length:.1f}",
+        flush=True,
+    )
     return {"eval/return": ret, "eval/length": length}
 
 
@@ -227,7 +265,7 @@ class Monitor:
         self.start = time.monotonic()
         self.solved = False
         self.last_eval_version = -1  # the policy version evaluated last
-        self.eval_seconds = 0.0      # the wall time of every evaluation so far
+        self.eval_seconds = 0.0  # the wall time of every evaluation so far
         self.longest_eval_s = 0.0
         counts = runner.counts()
         self.next_eval = counts["env_steps"] + cfg.runtime.eval_every
@@ -267,11 +305,15 @@ class Monitor:
             # the counts read before it would make the rates wrong.
             counts = self.runner.counts()
             dt = max(now - self.last_log_time, 1e-9)
-            rates = {("perf/env_steps_per_s" if k == "env_steps" else f"updates_per_s/{k}"): (v - self.last_counts[k]) / dt
-                     for k, v in counts.items()}
+            rates = {
+                ("perf/env_steps_per_s" if k == "env_steps" else f"updates_per_s/{k}"): (v - self.last_counts[k]) / dt
+                for k, v in counts.items()
+            }
             self.last_counts, self.last_log_time = counts, now
             ranks = {f"{k}.rank{r}": v for r, scalars in self.board.read().items() for k, v in scalars.items()}
-            self._log(counts["env_steps"], {**rates, **self.runner.scalars(), **ranks, "time/elapsed_s": self.elapsed()})
+            self._log(
+                counts["env_steps"], {**rates, **self.runner.scalars(), **ranks, "time/elapsed_s": self.elapsed()}
+            )
             self.logger.progress(counts["env_steps"], self.latest)
 
     def _evaluations(self, env_steps: int, final: bool) -> None:
@@ -286,8 +328,12 @@ class Monitor:
             if not self.solved and version != self.last_eval_version:
                 self._start_evaluation(env_steps)
                 self._take(evaluator.wait(), env_steps)
-        elif (env_steps >= self.next_eval and not evaluator.busy and self._eval_within_share()
-              and not self._eval_would_overrun()):
+        elif (
+            env_steps >= self.next_eval
+            and not evaluator.busy
+            and self._eval_within_share()
+            and not self._eval_would_overrun()
+        ):
             self._start_evaluation(env_steps)
             self.next_eval = env_steps + self.cfg.runtime.eval_every
             if not evaluator.background:
@@ -315,10 +361,17 @@ class Monitor:
         target = self.cfg.runtime.stop_at_return
         if target is not None and result.mean_return >= target:
             self.solved = True
-        self._log(env_steps, {"eval/return": result.mean_return, "eval/length": result.mean_length,
-                              "eval/policy_version": result.policy_version, "eval/env_steps": result.env_steps,
-                              "time/eval_s": result.seconds,
-                              "time/eval_share": self.eval_seconds / max(self.elapsed(), 1e-9)})
+        self._log(
+            env_steps,
+            {
+                "eval/return": result.mean_return,
+                "eval/length": result.mean_length,
+                "eval/policy_version": result.policy_version,
+                "eval/env_steps": result.env_steps,
+                "time/eval_s": result.seconds,
+                "time/eval_share": self.eval_seconds / max(self.elapsed(), 1e-9),
+            },
+        )
 
     def _eval_would_overrun(self) -> bool:
         """Whether an evaluation now, as long as the last one, would end past runtime.max_time_s.
@@ -353,8 +406,17 @@ class Monitor:
         cfg = self.cfg
         state = self.runner.checkpoint()
         check_state(state)
-        save_checkpoint(path, {"algo": cfg.algo.name, "task": cfg.task.name, "config": to_dict(cfg),
-                               "replicas": self.board.replicas.world, "rng": rng_state(), **state})
+        save_checkpoint(
+            path,
+            {
+                "algo": cfg.algo.name,
+                "task": cfg.task.name,
+                "config": to_dict(cfg),
+                "replicas": self.board.replicas.world,
+                "rng": rng_state(),
+                **state,
+            },
+        )
         return state["counters"]
 
     def save_interrupted(self) -> None:
@@ -374,8 +436,11 @@ class Monitor:
     def report_done(self) -> dict:
         """Print the run's last line. -> the run's final scalars."""
         elapsed = self.elapsed()
-        print(f"pql: done: {self.last_counts['env_steps']:,} env steps in {elapsed:.0f}s, "
-              f"eval return {self.latest.get('eval/return', float('nan')):.2f} (evaluating took "
-              f"{self.eval_seconds:.0f}s, {self.eval_seconds / max(elapsed, 1e-9):.0%} of the run); "
-              f"run dir {self.cfg.run_dir}", flush=True)
+        print(
+            f"pql: done: {self.last_counts['env_steps']:,} env steps in {elapsed:.0f}s, "
+            f"eval return {self.latest.get('eval/return', float('nan')):.2f} (evaluating took "
+            f"{self.eval_seconds:.0f}s, {self.eval_seconds / max(elapsed, 1e-9):.0%} of the run); "
+            f"run dir {self.cfg.run_dir}",
+            flush=True,
+        )
         return self.latest

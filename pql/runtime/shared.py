@@ -1,13 +1,13 @@
 """What the processes of a run share, made by the main process before any role starts (so that
 spawn can hand it to them: shared memory on CPU, CUDA IPC on GPU): named counters and
 statistics, a ring of staged data, versioned weights, and the supervisor's queues."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
-
 
 
 class _Slot:
@@ -83,10 +83,10 @@ class RunStats(SharedValues):
 class SharedState:
     counters: RunCounters
     stats: RunStats
-    ring: dict                       # {field: [slots, ...]} on the device: what the actor hands on
-    weights: dict                    # {name: SharedWeights}, each on its writer's device
-    wakeup: Wakeup | None = None     # how roles wake each other (None in one process)
-    errors: object = None            # queue of (role, traceback) from failing roles
+    ring: dict  # {field: [slots, ...]} on the device: what the actor hands on
+    weights: dict  # {name: SharedWeights}, each on its writer's device
+    wakeup: Wakeup | None = None  # how roles wake each other (None in one process)
+    errors: object = None  # queue of (role, traceback) from failing roles
     checkpoint_parts: object = None  # queue of (request id, role, serialized state)
 
     def release(self) -> None:
@@ -117,8 +117,16 @@ def alloc_tensors(spec: dict, leading: tuple, device) -> dict:
     return {k: torch.zeros((*leading, *shape), dtype=dtype, device=device) for k, (shape, dtype) in spec.items()}
 
 
-def make_shared_state(counters: RunCounters, stats: RunStats, ring_spec: dict, ring_shape: tuple, ring_device,
-                      weights: dict, roles: tuple[str, ...], ctx=None) -> SharedState:
+def make_shared_state(
+    counters: RunCounters,
+    stats: RunStats,
+    ring_spec: dict,
+    ring_shape: tuple,
+    ring_device,
+    weights: dict,
+    roles: tuple[str, ...],
+    ctx=None,
+) -> SharedState:
     """ring_shape: the leading dimensions of every ring field ((slots, num_envs) or (slots, T, N)),
     on the device of the role that writes it; weights: {name: SharedWeights}, each on its writer's
     device; roles: the names of the role processes that wait; ctx: a multiprocessing context, None
@@ -127,10 +135,15 @@ def make_shared_state(counters: RunCounters, stats: RunStats, ring_spec: dict, r
     if torch.device(ring_device).type == "cpu":
         for t in ring.values():
             t.share_memory_()
-    return SharedState(counters=counters, stats=stats, ring=ring, weights=weights,
-                       wakeup=Wakeup(ctx, roles) if ctx else None,
-                       errors=ctx.Queue() if ctx else None,
-                       checkpoint_parts=ctx.Queue() if ctx else None)
+    return SharedState(
+        counters=counters,
+        stats=stats,
+        ring=ring,
+        weights=weights,
+        wakeup=Wakeup(ctx, roles) if ctx else None,
+        errors=ctx.Queue() if ctx else None,
+        checkpoint_parts=ctx.Queue() if ctx else None,
+    )
 
 
 class Wakeup:

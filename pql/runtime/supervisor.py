@@ -4,6 +4,7 @@ If a role raises or dies, every role is stopped, the cause is reported and the r
 non-zero within seconds; children also die with the main process (PR_SET_PDEATHSIG), so none
 is orphaned. Used by every runner with role processes (PQL's three roles, IMPALA's actor).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -122,7 +123,9 @@ class ProcessRuntime:
             if not p.is_alive():
                 self._raise_reported(timeout=1.0)  # a role that raised exits right after queueing its traceback
                 code = p.exitcode
-                cause = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+                cause = (
+                    f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+                )
                 raise RoleFailure(f"role {name} died ({cause})")
 
     def _raise_reported(self, timeout: float | None) -> None:

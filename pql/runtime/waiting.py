@@ -10,11 +10,12 @@ A role waiting with no progress anywhere for runtime.stall_timeout_s stops the r
 role has counted once in this launch the limit is runtime.startup_timeout_s instead: building
 the envs, compiling Warp's kernels cold and capturing CUDA graphs can take minutes.
 """
+
 from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from pql.runtime.shared import RunCounters, Wakeup
 
@@ -29,8 +30,15 @@ class Waiter:
     """The wait of role `role` (a name `wakeup` knows). counters.progress names the counters whose
     change is progress; started() says whether every role has counted work in this launch."""
 
-    def __init__(self, counters: RunCounters, wakeup: Wakeup, role: str, stall_timeout_s: float,
-                 startup_timeout_s: float, started: Callable[[], bool]):
+    def __init__(
+        self,
+        counters: RunCounters,
+        wakeup: Wakeup,
+        role: str,
+        stall_timeout_s: float,
+        startup_timeout_s: float,
+        started: Callable[[], bool],
+    ):
         self.counters, self.wakeup, self.role, self.started = counters, wakeup, role, started
         self.stall_timeout_s, self.startup_timeout_s = stall_timeout_s, startup_timeout_s
         self.parent_pid = os.getppid()

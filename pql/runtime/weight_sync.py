@@ -10,6 +10,7 @@ publish). A reader copies buffer c % 2 of c = published into a staging buffer, a
 has landed keeps it only if `writing` <= c + 1: buffer c % 2 is only overwritten by version c + 2.
 A discarded copy costs nothing but a retry, and the writer is never held up by readers.
 """
+
 from __future__ import annotations
 
 import time
@@ -115,8 +116,10 @@ class WeightsReader:
             self.pull()
             self._apply(block=True)
             if self.version < target and time.monotonic() > deadline:
-                raise RuntimeError(f"could not read a whole copy of version {target} of the published weights "
-                                   f"in {timeout_s:.0f}s (holding version {self.version})")
+                raise RuntimeError(
+                    f"could not read a whole copy of version {target} of the published weights "
+                    f"in {timeout_s:.0f}s (holding version {self.version})"
+                )
         return self.version
 
     @torch.no_grad()
@@ -133,7 +136,7 @@ class WeightsReader:
             return False  # the writer started overwriting that buffer while it was being copied
         offset = 0
         for t in self._tensors:
-            t.copy_(self._staging[offset:offset + t.numel()].view_as(t))
+            t.copy_(self._staging[offset : offset + t.numel()].view_as(t))
             offset += t.numel()
         self.version = version
         return True

@@ -1,4 +1,5 @@
 """MuJoCo tasks with Gymnasium v5 semantics, on MuJoCo Warp (GPU or CPU) or MuJoCo C (CPU threads)."""
+
 from __future__ import annotations
 
 import torch
@@ -17,8 +18,22 @@ from .reacher import Reacher
 from .swimmer import Swimmer
 from .walker2d import Walker2d
 
-TASKS = {cls.__name__: cls for cls in (Ant, Humanoid, HalfCheetah, Hopper, InvertedPendulum, Reacher, Pusher,
-                                       Walker2d, Swimmer, InvertedDoublePendulum, HumanoidStandup)}
+TASKS = {
+    cls.__name__: cls
+    for cls in (
+        Ant,
+        Humanoid,
+        HalfCheetah,
+        Hopper,
+        InvertedPendulum,
+        Reacher,
+        Pusher,
+        Walker2d,
+        Swimmer,
+        InvertedDoublePendulum,
+        HumanoidStandup,
+    )
+}
 BACKENDS = ("auto", "mujoco", "mjwarp")
 
 

@@ -1,4 +1,5 @@
 """Ant: a four-legged walker rewarded for moving along +x (Gymnasium Ant-v5)."""
+
 from __future__ import annotations
 
 import torch
@@ -43,8 +44,11 @@ class Ant(Task):
         healthy = finite_rows(state["qpos"], state["qvel"]) & (z >= low) & (z <= high)
         ctrl_cost = self.ctrl_cost_weight * action.square().sum(dim=1)
         contact_cost = self.contact_cost_weight * self._contact_forces(state).square().flatten(1).sum(dim=1)
-        terms = {"reward_forward": self.forward_reward_weight * velocity[:, 0],
-                 "reward_ctrl": -ctrl_cost, "reward_contact": -contact_cost,
-                 "reward_survive": self.healthy_reward * healthy}
+        terms = {
+            "reward_forward": self.forward_reward_weight * velocity[:, 0],
+            "reward_ctrl": -ctrl_cost,
+            "reward_contact": -contact_cost,
+            "reward_survive": self.healthy_reward * healthy,
+        }
         reward = sum(terms.values())
         return reward, ~healthy, {**planar_position(state["qpos"]), **terms}

@@ -3,6 +3,7 @@
 Everything here is batched torch over all envs; resets are masked rather than indexed so that the
 GPU path never reads a tensor back to the host.
 """
+
 from __future__ import annotations
 
 import mujoco
@@ -19,8 +20,15 @@ class MujocoEnv(BatchedEnv):
     own MJCF model (the parity tests pass one with edited solver options).
     """
 
-    def __init__(self, task_cls: type[Task], num_envs: int, device: torch.device, seed: int, physics_cls,
-                 model: mujoco.MjModel | None = None):
+    def __init__(
+        self,
+        task_cls: type[Task],
+        num_envs: int,
+        device: torch.device,
+        seed: int,
+        physics_cls,
+        model: mujoco.MjModel | None = None,
+    ):
         model = model or load_asset(task_cls.xml)
         self.task = task_cls(model, physics_cls.dtype, device)
         self.physics = physics_cls(model, num_envs, device, self.task, seed)
@@ -81,8 +89,9 @@ class MujocoEnv(BatchedEnv):
         fresh = self.task.observe(state).float()
         position = self.task.position(state)
         if position is not None:
-            self._position = position.clone() if self._position is None else torch.where(
-                mask[:, None], position, self._position)
+            self._position = (
+                position.clone() if self._position is None else torch.where(mask[:, None], position, self._position)
+            )
         self._elapsed.masked_fill_(mask, 0)
         self._last_obs = torch.where(mask[:, None], fresh, obs)
         return self._last_obs

@@ -1,4 +1,5 @@
 """HalfCheetah: a planar runner rewarded for speed along +x; it never terminates (Gymnasium HalfCheetah-v5)."""
+
 from __future__ import annotations
 
 import torch
@@ -27,7 +28,9 @@ class HalfCheetah(Task):
         return state["qpos"][:, :1]
 
     def reward_and_termination(self, state, velocity, action):
-        terms = {"reward_forward": self.forward_reward_weight * velocity[:, 0],
-                 "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1)}
+        terms = {
+            "reward_forward": self.forward_reward_weight * velocity[:, 0],
+            "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1),
+        }
         reward = sum(terms.values())
         return reward, torch.zeros_like(reward, dtype=torch.bool), {"x_position": state["qpos"][:, 0], **terms}

@@ -1,4 +1,5 @@
 """Hopper: a planar one-legged hopper rewarded for moving along +x (Gymnasium Hopper-v5)."""
+
 from __future__ import annotations
 
 import torch
@@ -35,11 +36,17 @@ class Hopper(Task):
         rest = torch.cat([qpos[:, 2:], state["qvel"]], dim=1)  # all but x and z
         low, high = self.healthy_state_range
         angle_low, angle_high = self.healthy_angle_range
-        healthy = (((rest > low) & (rest < high)).all(dim=1) & (qpos[:, 1] > self.healthy_z_min)
-                   & (qpos[:, 2] > angle_low) & (qpos[:, 2] < angle_high))
-        terms = {"reward_forward": self.forward_reward_weight * velocity[:, 0],
-                 "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1),
-                 "reward_survive": self.healthy_reward * healthy}
+        healthy = (
+            ((rest > low) & (rest < high)).all(dim=1)
+            & (qpos[:, 1] > self.healthy_z_min)
+            & (qpos[:, 2] > angle_low)
+            & (qpos[:, 2] < angle_high)
+        )
+        terms = {
+            "reward_forward": self.forward_reward_weight * velocity[:, 0],
+            "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1),
+            "reward_survive": self.healthy_reward * healthy,
+        }
         return sum(terms.values()), ~healthy, {**self.planar_info(qpos), **terms}
 
     def planar_info(self, qpos):

@@ -1,4 +1,5 @@
 """Humanoid: a 3D biped rewarded for moving its centre of mass along +x (Gymnasium Humanoid-v5)."""
+
 from __future__ import annotations
 
 import torch
@@ -31,14 +32,17 @@ class Humanoid(Task):
         return (model.nq - 2) + model.nv + bodies * (10 + 6 + 6) + (model.nv - 6)
 
     def observe(self, state):
-        return torch.cat([
-            state["qpos"][:, 2:],
-            state["qvel"],
-            state["cinert"][:, 1:].flatten(1),
-            state["cvel"][:, 1:].flatten(1),
-            state["qfrc_actuator"][:, 6:],  # the free joint's 6 dofs have no actuator
-            state["cfrc_ext"][:, 1:].flatten(1),
-        ], dim=1)
+        return torch.cat(
+            [
+                state["qpos"][:, 2:],
+                state["qvel"],
+                state["cinert"][:, 1:].flatten(1),
+                state["cvel"][:, 1:].flatten(1),
+                state["qfrc_actuator"][:, 6:],  # the free joint's 6 dofs have no actuator
+                state["cfrc_ext"][:, 1:].flatten(1),
+            ],
+            dim=1,
+        )
 
     def position(self, state):
         return (self.mass_fraction * state["xipos"]).sum(dim=1)[:, :2]
@@ -48,9 +52,13 @@ class Humanoid(Task):
         low, high = self.healthy_z_range
         healthy = (z > low) & (z < high)
         ctrl_cost = self.ctrl_cost_weight * action.square().sum(dim=1)
-        contact_cost = (self.contact_cost_weight * state["cfrc_ext"].square().flatten(1).sum(dim=1)
-                        ).clamp(max=self.contact_cost_max)
-        terms = {"reward_survive": self.healthy_reward * healthy,
-                 "reward_forward": self.forward_reward_weight * velocity[:, 0],
-                 "reward_ctrl": -ctrl_cost, "reward_contact": -contact_cost}
+        contact_cost = (self.contact_cost_weight * state["cfrc_ext"].square().flatten(1).sum(dim=1)).clamp(
+            max=self.contact_cost_max
+        )
+        terms = {
+            "reward_survive": self.healthy_reward * healthy,
+            "reward_forward": self.forward_reward_weight * velocity[:, 0],
+            "reward_ctrl": -ctrl_cost,
+            "reward_contact": -contact_cost,
+        }
         return sum(terms.values()), ~healthy, {**planar_position(state["qpos"]), **terms}

@@ -1,5 +1,6 @@
 """HumanoidStandup: the Humanoid lying on the floor, rewarded for raising its torso; it never
 terminates (Gymnasium HumanoidStandup-v5)."""
+
 from __future__ import annotations
 
 import torch
@@ -33,11 +34,17 @@ class HumanoidStandup(Task):
     def reward_and_termination(self, state, velocity, action):
         uph = self.uph_cost_weight * state["qpos"][:, 2] / self.timestep
         ctrl_cost = self.ctrl_cost_weight * action.square().sum(dim=1)
-        impact_cost = (self.impact_cost_weight * state["cfrc_ext"].square().flatten(1).sum(dim=1)
-                       ).clamp(max=self.impact_cost_max)
+        impact_cost = (self.impact_cost_weight * state["cfrc_ext"].square().flatten(1).sum(dim=1)).clamp(
+            max=self.impact_cost_max
+        )
         reward = uph - ctrl_cost - impact_cost + self.alive_bonus
         qpos = state["qpos"]
-        info = {"x_position": qpos[:, 0], "y_position": qpos[:, 1],
-                "z_distance_from_origin": qpos[:, 2] - self.qpos0[2],
-                "reward_linup": uph, "reward_quadctrl": -ctrl_cost, "reward_impact": -impact_cost}
+        info = {
+            "x_position": qpos[:, 0],
+            "y_position": qpos[:, 1],
+            "z_distance_from_origin": qpos[:, 2] - self.qpos0[2],
+            "reward_linup": uph,
+            "reward_quadctrl": -ctrl_cost,
+            "reward_impact": -impact_cost,
+        }
         return reward, torch.zeros_like(reward, dtype=torch.bool), info

@@ -1,5 +1,6 @@
 """InvertedDoublePendulum: keep a two-link pole upright on a cart, its tip near height 2
 (Gymnasium InvertedDoublePendulum-v5)."""
+
 from __future__ import annotations
 
 import torch
@@ -18,7 +19,7 @@ class InvertedDoublePendulum(Task):
     njmax = 16
 
     healthy_reward = 10.0
-    tip_min_height = 1.0    # the episode ends once the tip is at or below it
+    tip_min_height = 1.0  # the episode ends once the tip is at or below it
     tip_target_height = 2.0
     x_penalty_weight = 0.01
     velocity_penalty_weights = (1e-3, 5e-3)  # of the two hinges' squared angular velocities
@@ -29,13 +30,16 @@ class InvertedDoublePendulum(Task):
 
     def observe(self, state):
         qpos, bound = state["qpos"], self.obs_bound
-        return torch.cat([
-            qpos[:, :1],
-            qpos[:, 1:].sin(),
-            qpos[:, 1:].cos(),
-            state["qvel"].clamp(-bound, bound),
-            state["qfrc_constraint"][:, :1].clamp(-bound, bound),
-        ], dim=1)
+        return torch.cat(
+            [
+                qpos[:, :1],
+                qpos[:, 1:].sin(),
+                qpos[:, 1:].cos(),
+                state["qvel"].clamp(-bound, bound),
+                state["qfrc_constraint"][:, :1].clamp(-bound, bound),
+            ],
+            dim=1,
+        )
 
     def reward_and_termination(self, state, velocity, action):
         tip = state["site_xpos"][:, 0]
@@ -45,6 +49,9 @@ class InvertedDoublePendulum(Task):
         w1, w2 = self.velocity_penalty_weights
         distance_penalty = self.x_penalty_weight * x.square() + (z - self.tip_target_height).square()
         velocity_penalty = w1 * qvel[:, 1].square() + w2 * qvel[:, 2].square()
-        terms = {"reward_survive": self.healthy_reward * ~terminated,
-                 "distance_penalty": -distance_penalty, "velocity_penalty": -velocity_penalty}
+        terms = {
+            "reward_survive": self.healthy_reward * ~terminated,
+            "distance_penalty": -distance_penalty,
+            "velocity_penalty": -velocity_penalty,
+        }
         return sum(terms.values()), terminated, terms

@@ -1,4 +1,5 @@
 """InvertedPendulum: keep a pole upright on a cart; +1 per step while it stands (Gymnasium InvertedPendulum-v5)."""
+
 from __future__ import annotations
 
 import torch

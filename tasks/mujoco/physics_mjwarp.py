@@ -18,6 +18,7 @@ late, read from a copy that never stalls the stream).
 Differences from MuJoCo C, documented in docs/tasks.md: float32 throughout, and MuJoCo Warp has
 no PGS solver, so a model asking for PGS (Humanoid) runs Newton instead.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,10 +36,24 @@ from .task import Task, init_warp
 # reset itself; cfrc_ext and qfrc_actuator are zeroed, as after mj_resetData + mj_forward (no
 # contact force before a step, and motors give no force at ctrl = 0).
 _RESET_STAGES = (mjw.kinematics, mjw.com_pos, mjw.com_vel)
-_STAGES_NEEDED = {"qpos": 0, "qvel": 0, "cfrc_ext": 0, "qfrc_actuator": 0,
-                  "xpos": 1, "xquat": 1, "xmat": 1, "xipos": 1, "ximat": 1, "geom_xpos": 1, "site_xpos": 1,
-                  "subtree_com": 2, "cinert": 2, "cdof": 2,
-                  "cvel": 3, "cdof_dot": 3}
+_STAGES_NEEDED = {
+    "qpos": 0,
+    "qvel": 0,
+    "cfrc_ext": 0,
+    "qfrc_actuator": 0,
+    "xpos": 1,
+    "xquat": 1,
+    "xmat": 1,
+    "xipos": 1,
+    "ximat": 1,
+    "geom_xpos": 1,
+    "site_xpos": 1,
+    "subtree_com": 2,
+    "cinert": 2,
+    "cdof": 2,
+    "cvel": 3,
+    "cdof_dot": 3,
+}
 _ZEROED_AT_RESET = ("cfrc_ext", "qfrc_actuator")
 # Fields that only the constraint solver gives: a task reading one runs a full forward at a reset
 # (nonzero at a start state where a joint sits within its limit's margin, so not zeroed).
@@ -46,9 +61,13 @@ _FORWARD_NEEDED = ("qfrc_constraint",)
 
 # Overflow flags of the buffers make_data sizes -> the Task attribute that sizes them. The
 # solver's iteration-limit flags are not overflows and are left alone.
-_OVERFLOW_SIZED_BY = {mjw.OverflowType.NEFC: "njmax", mjw.OverflowType.NJMAX_NNZ: "njmax",
-                      mjw.OverflowType.BROADPHASE: "nconmax", mjw.OverflowType.NARROWPHASE: "nconmax",
-                      mjw.OverflowType.CCD: "nconmax"}
+_OVERFLOW_SIZED_BY = {
+    mjw.OverflowType.NEFC: "njmax",
+    mjw.OverflowType.NJMAX_NNZ: "njmax",
+    mjw.OverflowType.BROADPHASE: "nconmax",
+    mjw.OverflowType.NARROWPHASE: "nconmax",
+    mjw.OverflowType.CCD: "nconmax",
+}
 _BUFFER_OVERFLOWS = int(sum(_OVERFLOW_SIZED_BY))  # distinct bits: their sum is their union
 
 
@@ -64,11 +83,15 @@ class MjwarpPhysics:
         fields = task.fields
         unknown = [name for name in fields if name not in _STAGES_NEEDED and name not in _FORWARD_NEEDED]
         if unknown:
-            raise TaskError(f"{self._task_name} reads {', '.join(unknown)}, which the mjwarp backend does not "
-                            f"recompute after a reset; it can give {', '.join((*_STAGES_NEEDED, *_FORWARD_NEEDED))}")
+            raise TaskError(
+                f"{self._task_name} reads {', '.join(unknown)}, which the mjwarp backend does not "
+                f"recompute after a reset; it can give {', '.join((*_STAGES_NEEDED, *_FORWARD_NEEDED))}"
+            )
         if "qfrc_actuator" in fields and (model.actuator_biastype != mujoco.mjtBias.mjBIAS_NONE).any():
-            raise TaskError(f"{self._task_name} reads qfrc_actuator, which the mjwarp backend zeroes at a reset: "
-                            f"right only for actuators without bias (motors), and this model has biased ones")
+            raise TaskError(
+                f"{self._task_name} reads qfrc_actuator, which the mjwarp backend zeroes at a reset: "
+                f"right only for actuators without bias (motors), and this model has biased ones"
+            )
         if model.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
             model = copy.copy(model)
             model.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
@@ -83,7 +106,7 @@ class MjwarpPhysics:
         if any(name in _FORWARD_NEEDED for name in fields):
             self._stages = (mjw.forward,)
         else:
-            self._stages = _RESET_STAGES[:max(_STAGES_NEEDED[name] for name in fields)]
+            self._stages = _RESET_STAGES[: max(_STAGES_NEEDED[name] for name in fields)]
         self._zeroed = [name for name in _ZEROED_AT_RESET if name in fields]
         self._post_constraint = "cfrc_ext" in fields
         self.state = {name: wp.to_torch(getattr(self._data, name)) for name in fields}
@@ -117,8 +140,12 @@ class MjwarpPhysics:
         if self._post_constraint:
             mjw.rne_postconstraint(self._model, self._data)
         # Gathered here because reset_data clears a restarting world's flags.
-        wp.launch(_gather_overflow, dim=self._data.nworld, inputs=[self._data.overflow, _BUFFER_OVERFLOWS],
-                  outputs=[self._overflow_seen_wp])
+        wp.launch(
+            _gather_overflow,
+            dim=self._data.nworld,
+            inputs=[self._data.overflow, _BUFFER_OVERFLOWS],
+            outputs=[self._overflow_seen_wp],
+        )
 
     def reset(self, mask: torch.Tensor, initial: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         """Worlds where mask [N] is true restart (reset_data, then the stages the task's fields need),
@@ -152,20 +179,26 @@ class MjwarpPhysics:
     def _check_overflow(self) -> None:
         seen = self._overflow_read.read()
         if seen is not None:
-            self._raise_if_overflow(int(seen[0]), " (seen a few steps late: on CUDA the check does not stall "
-                                                  "the step)" if self._device.is_cuda else "")
+            self._raise_if_overflow(
+                int(seen[0]),
+                " (seen a few steps late: on CUDA the check does not stall the step)" if self._device.is_cuda else "",
+            )
 
     def _raise_if_overflow(self, bits: int, note: str) -> None:
         if not bits:
             return
         task, nworld = self._task_name, self._data.nworld
         names = sorted({name for bit, name in _OVERFLOW_SIZED_BY.items() if bits & bit})
-        needs = {"nconmax": f"the worlds together needed more than {task}.nconmax x num_envs = "
-                            f"{self._sizes['nconmax']} x {nworld} contacts",
-                 "njmax": f"a world needed more than {task}.njmax = {self._sizes['njmax']} constraint rows"}
-        raise TaskError(f"MuJoCo Warp ran out of buffer room: {'; '.join(needs[name] for name in names)}{note}. "
-                        f"It drops what does not fit, so the physics is wrong from there on and the run stops: "
-                        f"raise {' and '.join(f'{task}.{name}' for name in names)} (class attributes of the task)")
+        needs = {
+            "nconmax": f"the worlds together needed more than {task}.nconmax x num_envs = "
+            f"{self._sizes['nconmax']} x {nworld} contacts",
+            "njmax": f"a world needed more than {task}.njmax = {self._sizes['njmax']} constraint rows",
+        }
+        raise TaskError(
+            f"MuJoCo Warp ran out of buffer room: {'; '.join(needs[name] for name in names)}{note}. "
+            f"It drops what does not fit, so the physics is wrong from there on and the run stops: "
+            f"raise {' and '.join(f'{task}.{name}' for name in names)} (class attributes of the task)"
+        )
 
     def _run(self, key, launch) -> None:
         """Runs launch() (Warp work on this env's device) as graph `key`, captured at its first use.
@@ -180,8 +213,11 @@ class MjwarpPhysics:
         if key not in self._graphs:
             # MuJoCo Warp launches on the current device and stream: they must be the captured ones
             # (the default device is a GPU on a machine with one, even for an env on the CPU).
-            with wp.ScopedDevice(self._device), wp.ScopedStream(self._stream, sync_enter=False), \
-                    wp.ScopedCapture(device=self._device, stream=self._stream) as capture:
+            with (
+                wp.ScopedDevice(self._device),
+                wp.ScopedStream(self._stream, sync_enter=False),
+                wp.ScopedCapture(device=self._device, stream=self._stream) as capture,
+            ):
                 launch()
             self._graphs[key] = capture.graph
         wp.capture_launch(self._graphs[key], stream=self._stream)

@@ -6,6 +6,7 @@ GIL, so the pool's threads run the C engine in parallel; the Python left per wor
 a control write and two calls. (mujoco.batch steps faster but cannot run mj_rnePostConstraint
 after the step, which Gymnasium's contact forces need.)
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,15 @@ class MujocoPhysics:
 
     dtype = torch.float64
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device, task: Task, seed: int,
-                 num_threads: int | None = None):
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_envs: int,
+        device: torch.device,
+        task: Task,
+        seed: int,
+        num_threads: int | None = None,
+    ):
         self.model = model
         self.num_envs = num_envs
         fields = task.fields
@@ -43,8 +51,10 @@ class MujocoPhysics:
         self._qpos0 = torch.from_numpy(model.qpos0.copy())
         self._start_qpos = torch.zeros(num_envs, model.nq, dtype=torch.float64)
         self._start_qvel = torch.zeros(num_envs, model.nv, dtype=torch.float64)
-        self._noise_args = [wp.from_torch(t) for t in (self._restart, torch.zeros(num_envs, dtype=torch.int32),
-                                                        self._start_qpos, self._start_qvel)]
+        self._noise_args = [
+            wp.from_torch(t)
+            for t in (self._restart, torch.zeros(num_envs, dtype=torch.int32), self._start_qpos, self._start_qvel)
+        ]
         with wp.ScopedCapture(device="cpu") as capture:
             task.add_reset_noise(seed, *self._noise_args)
         self._add_reset_noise = capture.graph
@@ -52,8 +62,9 @@ class MujocoPhysics:
         self._views = {name: [getattr(d, name) for d in self._datas] for name in fields}
         self._host = {name: np.stack(views) for name, views in self._views.items()}
         on_cpu = device.type == "cpu"
-        self.state = {name: torch.from_numpy(a) if on_cpu else torch.from_numpy(a).to(device)
-                      for name, a in self._host.items()}
+        self.state = {
+            name: torch.from_numpy(a) if on_cpu else torch.from_numpy(a).to(device) for name, a in self._host.items()
+        }
         num_threads = num_threads or len(os.sched_getaffinity(0))
         self._chunks = [c for c in np.array_split(np.arange(num_envs), num_threads) if len(c)]
         self._pool = ThreadPoolExecutor(len(self._chunks) - 1) if len(self._chunks) > 1 else None

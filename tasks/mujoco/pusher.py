@@ -1,4 +1,5 @@
 """Pusher: a seven-joint arm pushes a cylinder, placed anew each episode, to a fixed goal (Gymnasium Pusher-v5)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -6,7 +7,7 @@ from typing import Any
 import torch
 import warp as wp
 
-from .task import Task, warp_seed, body_id, start_stream
+from .task import Task, body_id, start_stream, warp_seed
 
 
 class Pusher(Task):
@@ -36,14 +37,17 @@ class Pusher(Task):
 
     def observe(self, state):
         arm = self.arm_joints
-        return torch.cat([state["qpos"][:, :arm], state["qvel"][:, :arm],
-                          state["xpos"][:, self._bodies].flatten(1)], dim=1)
+        return torch.cat(
+            [state["qpos"][:, :arm], state["qvel"][:, :arm], state["xpos"][:, self._bodies].flatten(1)], dim=1
+        )
 
     def reward_and_termination(self, state, velocity, action):
         tips_arm, obj, goal = state["xpos"][:, self._bodies].unbind(1)
-        terms = {"reward_dist": -self.reward_dist_weight * (obj - goal).norm(dim=1),
-                 "reward_ctrl": -self.reward_control_weight * action.square().sum(dim=1),
-                 "reward_near": -self.reward_near_weight * (obj - tips_arm).norm(dim=1)}
+        terms = {
+            "reward_dist": -self.reward_dist_weight * (obj - goal).norm(dim=1),
+            "reward_ctrl": -self.reward_control_weight * action.square().sum(dim=1),
+            "reward_near": -self.reward_near_weight * (obj - tips_arm).norm(dim=1),
+        }
         reward = sum(terms.values())
         return reward, torch.zeros_like(reward, dtype=torch.bool), terms
 
@@ -51,16 +55,34 @@ class Pusher(Task):
         """Gymnasium's reset_model: the arm at qpos0 with velocities U(±0.005); the object drawn in
         object_range by rejection, at rest; the goal at rest at its joints' zero (their qpos0)."""
         (y_low, y_high), (x_low, x_high) = self.object_range
-        wp.launch(_pusher_start, dim=restart.shape[0], device=qpos.device,
-                  inputs=[warp_seed(seed), self.arm_joints, float(self.reset_noise_scale),
-                          wp.vec4(y_low, y_high, x_low, x_high), wp.float64(self.min_goal_distance), restart],
-                  outputs=[episodes, qpos, qvel])
+        wp.launch(
+            _pusher_start,
+            dim=restart.shape[0],
+            device=qpos.device,
+            inputs=[
+                warp_seed(seed),
+                self.arm_joints,
+                float(self.reset_noise_scale),
+                wp.vec4(y_low, y_high, x_low, x_high),
+                wp.float64(self.min_goal_distance),
+                restart,
+            ],
+            outputs=[episodes, qpos, qvel],
+        )
 
 
 @wp.kernel
-def _pusher_start(seed: wp.int32, arm: wp.int32, qvel_scale: float, box: wp.vec4, min_distance: wp.float64,
-                  restart: wp.array(dtype=wp.bool), episodes: wp.array(dtype=wp.int32),
-                  qpos: wp.array2d(dtype=Any), qvel: wp.array2d(dtype=Any)):
+def _pusher_start(
+    seed: wp.int32,
+    arm: wp.int32,
+    qvel_scale: float,
+    box: wp.vec4,
+    min_distance: wp.float64,
+    restart: wp.array(dtype=wp.bool),
+    episodes: wp.array(dtype=wp.int32),
+    qpos: wp.array2d(dtype=Any),
+    qvel: wp.array2d(dtype=Any),
+):
     env = wp.tid()
     if not restart[env]:
         return

@@ -1,4 +1,5 @@
 """Reacher: a two-link planar arm brings its fingertip to a target drawn anew each episode (Gymnasium Reacher-v5)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -6,7 +7,7 @@ from typing import Any
 import torch
 import warp as wp
 
-from .task import Task, warp_seed, body_id, start_stream
+from .task import Task, body_id, start_stream, warp_seed
 
 
 class Reacher(Task):
@@ -40,29 +41,53 @@ class Reacher(Task):
         qpos, arm = state["qpos"], self.arm_joints
         theta = qpos[:, :arm]
         # The z of fingertip - target is left out, as in v5: the arm moves in a plane.
-        return torch.cat([theta.cos(), theta.sin(), qpos[:, arm:], state["qvel"][:, :arm],
-                          self._fingertip_to_target(state)[:, :2]], dim=1)
+        return torch.cat(
+            [theta.cos(), theta.sin(), qpos[:, arm:], state["qvel"][:, :arm], self._fingertip_to_target(state)[:, :2]],
+            dim=1,
+        )
 
     def reward_and_termination(self, state, velocity, action):
         distance = self._fingertip_to_target(state).norm(dim=1)
-        terms = {"reward_dist": -self.reward_dist_weight * distance,
-                 "reward_ctrl": -self.reward_control_weight * action.square().sum(dim=1)}
+        terms = {
+            "reward_dist": -self.reward_dist_weight * distance,
+            "reward_ctrl": -self.reward_control_weight * action.square().sum(dim=1),
+        }
         reward = sum(terms.values())
         return reward, torch.zeros_like(reward, dtype=torch.bool), terms
 
     def add_reset_noise(self, seed, restart, episodes, qpos, qvel):
         """Gymnasium's reset_model: arm qpos0 + U(±0.1), its velocities U(±0.005); the target
         uniform on the disc of radius 0.2 at rest."""
-        wp.launch(_reacher_start, dim=restart.shape[0], device=qpos.device,
-                  inputs=[warp_seed(seed), self.arm_joints, float(self.reset_noise_scale), float(self.qvel_noise_scale),
-                          float(self.target_radius), wp.float64(self.target_radius), restart],
-                  outputs=[episodes, qpos, qvel])
+        wp.launch(
+            _reacher_start,
+            dim=restart.shape[0],
+            device=qpos.device,
+            inputs=[
+                warp_seed(seed),
+                self.arm_joints,
+                float(self.reset_noise_scale),
+                float(self.qvel_noise_scale),
+                float(self.target_radius),
+                wp.float64(self.target_radius),
+                restart,
+            ],
+            outputs=[episodes, qpos, qvel],
+        )
 
 
 @wp.kernel
-def _reacher_start(seed: wp.int32, arm: wp.int32, qpos_scale: float, qvel_scale: float, half_width: float,
-                   radius: wp.float64, restart: wp.array(dtype=wp.bool), episodes: wp.array(dtype=wp.int32),
-                   qpos: wp.array2d(dtype=Any), qvel: wp.array2d(dtype=Any)):
+def _reacher_start(
+    seed: wp.int32,
+    arm: wp.int32,
+    qpos_scale: float,
+    qvel_scale: float,
+    half_width: float,
+    radius: wp.float64,
+    restart: wp.array(dtype=wp.bool),
+    episodes: wp.array(dtype=wp.int32),
+    qpos: wp.array2d(dtype=Any),
+    qvel: wp.array2d(dtype=Any),
+):
     env = wp.tid()
     if not restart[env]:
         return

@@ -1,5 +1,6 @@
 """Swimmer: a three-link snake in a viscous fluid rewarded for moving along +x; it never terminates
 (Gymnasium Swimmer-v5)."""
+
 from __future__ import annotations
 
 import torch
@@ -27,7 +28,9 @@ class Swimmer(Task):
         return state["qpos"][:, :2]
 
     def reward_and_termination(self, state, velocity, action):
-        terms = {"reward_forward": self.forward_reward_weight * velocity[:, 0],
-                 "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1)}
+        terms = {
+            "reward_forward": self.forward_reward_weight * velocity[:, 0],
+            "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1),
+        }
         reward = sum(terms.values())
         return reward, torch.zeros_like(reward, dtype=torch.bool), {**planar_position(state["qpos"]), **terms}

@@ -14,6 +14,7 @@ The reset noise is the one piece of task logic written as a Warp kernel rather t
 both backends launch it, and it draws only for the envs that restart, with no host round trip
 on CUDA (see `Task.add_reset_noise`).
 """
+
 from __future__ import annotations
 
 import os
@@ -38,10 +39,10 @@ class Task:
     those with a forward-progress reward also implement `position`.
     """
 
-    xml: str                          # MJCF file under assets/
-    frame_skip: int                   # physics substeps per env step
+    xml: str  # MJCF file under assets/
+    frame_skip: int  # physics substeps per env step
     reset_noise_scale: float
-    qvel_noise: str = "uniform"       # "uniform" in ±scale, or "normal" with std scale
+    qvel_noise: str = "uniform"  # "uniform" in ±scale, or "normal" with std scale
     fields: tuple = ("qpos", "qvel")  # physics state the task reads
     max_episode_steps: int = 1000
     # MuJoCo Warp's preallocated buffers (make_data): contacts per world (pooled over all worlds,
@@ -93,9 +94,13 @@ class Task:
         does not restart. Tasks that draw more than noise at a start (a goal: Reacher, Pusher)
         override this with a kernel of their own, keyed the same way by `start_stream`.
         """
-        wp.launch(_add_reset_noise, dim=restart.shape[0], device=qpos.device,
-                  inputs=[warp_seed(seed), float(self.reset_noise_scale), int(self.qvel_noise == "normal"), restart],
-                  outputs=[episodes, qpos, qvel])
+        wp.launch(
+            _add_reset_noise,
+            dim=restart.shape[0],
+            device=qpos.device,
+            inputs=[warp_seed(seed), float(self.reset_noise_scale), int(self.qvel_noise == "normal"), restart],
+            outputs=[episodes, qpos, qvel],
+        )
 
 
 @wp.func
@@ -110,8 +115,15 @@ def start_stream(seed: wp.int32, env: wp.int32, episodes: wp.array(dtype=wp.int3
 
 
 @wp.kernel
-def _add_reset_noise(seed: wp.int32, scale: float, normal_qvel: wp.int32, restart: wp.array(dtype=wp.bool),
-                     episodes: wp.array(dtype=wp.int32), qpos: wp.array2d(dtype=Any), qvel: wp.array2d(dtype=Any)):
+def _add_reset_noise(
+    seed: wp.int32,
+    scale: float,
+    normal_qvel: wp.int32,
+    restart: wp.array(dtype=wp.bool),
+    episodes: wp.array(dtype=wp.int32),
+    qpos: wp.array2d(dtype=Any),
+    qvel: wp.array2d(dtype=Any),
+):
     env = wp.tid()
     if not restart[env]:
         return

@@ -1,4 +1,5 @@
 """Walker2d: a planar biped rewarded for moving along +x (Gymnasium Walker2d-v5)."""
+
 from __future__ import annotations
 
 from .hopper import Hopper
@@ -30,7 +31,9 @@ class Walker2d(Task):
         z_low, z_high = self.healthy_z_range
         angle_low, angle_high = self.healthy_angle_range
         healthy = (z > z_low) & (z < z_high) & (angle > angle_low) & (angle < angle_high)
-        terms = {"reward_forward": self.forward_reward_weight * velocity[:, 0],
-                 "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1),
-                 "reward_survive": self.healthy_reward * healthy}
+        terms = {
+            "reward_forward": self.forward_reward_weight * velocity[:, 0],
+            "reward_ctrl": -self.ctrl_cost_weight * action.square().sum(dim=1),
+            "reward_survive": self.healthy_reward * healthy,
+        }
         return sum(terms.values()), ~healthy, {**self.planar_info(state["qpos"]), **terms}

@@ -1,10 +1,10 @@
 """n-step returns: kernel and reference against a slow per-(t, env) loop written from the definition."""
+
 import pytest
 import torch
-
 from impl_cases import CASES
-from pql.kernels import nstep_returns
 
+from pql.kernels import nstep_returns
 
 
 def slow_nstep(rewards, terminated, truncated, gamma, n):
@@ -18,20 +18,19 @@ def slow_nstep(rewards, terminated, truncated, gamma, n):
             for k in range(n):
                 if t + k >= T:
                     break
-                ret += gamma ** k * float(rewards[t + k, env])
+                ret += gamma**k * float(rewards[t + k, env])
                 m += 1
                 if terminated[t + k, env] or truncated[t + k, env]:
                     terminal = bool(terminated[t + k, env])
                     break
             returns[t, env], steps[t, env] = ret, m
-            discount[t, env] = 0.0 if terminal else gamma ** m
+            discount[t, env] = 0.0 if terminal else gamma**m
     return returns, discount, steps
 
 
 def check(case, rewards, terminated, truncated, gamma, n):
     impl, device = case
-    out = nstep_returns(rewards.to(device), terminated.to(device), truncated.to(device), gamma, n,
-                        impl=impl)
+    out = nstep_returns(rewards.to(device), terminated.to(device), truncated.to(device), gamma, n, impl=impl)
     ret, disc, steps = (x.cpu() for x in out)
     want_ret, want_disc, want_steps = slow_nstep(rewards, terminated, truncated, gamma, n)
     assert ret.dtype == torch.float32 and disc.dtype == torch.float32 and steps.dtype == torch.int64
@@ -43,13 +42,18 @@ def check(case, rewards, terminated, truncated, gamma, n):
 
 def random_window(T, N, p_term, p_trunc, seed):
     gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(T, N, generator=gen), torch.rand(T, N, generator=gen) < p_term,
-            torch.rand(T, N, generator=gen) < p_trunc)
+    return (
+        torch.randn(T, N, generator=gen),
+        torch.rand(T, N, generator=gen) < p_term,
+        torch.rand(T, N, generator=gen) < p_trunc,
+    )
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("T,N,n,gamma", [(16, 37, 3, 0.99), (9, 300, 5, 0.9), (4, 5, 1, 0.5),
-                                         (5, 3, 8, 0.97), (1, 7, 3, 0.99), (12, 4, 3, 1.0)])
+@pytest.mark.parametrize(
+    "T,N,n,gamma",
+    [(16, 37, 3, 0.99), (9, 300, 5, 0.9), (4, 5, 1, 0.5), (5, 3, 8, 0.97), (1, 7, 3, 0.99), (12, 4, 3, 1.0)],
+)
 def test_random_windows(case, T, N, n, gamma):
     check(case, *random_window(T, N, 0.15, 0.1, seed=T * N), gamma, n)
 

@@ -3,6 +3,7 @@
 The Triton cases run on CPU under TRITON_INTERPRET=1 (set before pql.kernels is imported) and
 compiled on a GPU; otherwise they skip with a reason.
 """
+
 import math
 import os
 import subprocess
@@ -10,9 +11,9 @@ import sys
 
 import pytest
 import torch
+from impl_cases import CASES
 from scipy import stats
 
-from impl_cases import CASES
 from pql.kernels import SumTree
 from pql.kernels.sumtree import UPDATE_BLOCK_MAX, sample_from_uniforms
 
@@ -128,11 +129,11 @@ def test_sample_right_edge_never_returns_empty_or_padding(case):
             # Mixed magnitudes make the float32 sums round; a zero tail sits right of the mass.
             scale = 10.0 ** torch.randint(-4, 4, (capacity,), generator=gen)
             prio = torch.rand(capacity, generator=gen) * scale
-            prio[capacity // 2 + 1:] = 0.0
+            prio[capacity // 2 + 1 :] = 0.0
             for t in (tree, ref):
                 t.update(torch.arange(capacity, device=dev), prio.to(dev))
             # The largest float32 below 1, and 0: both ends of every stratum.
-            for value in (1.0 - 2.0 ** -24, 0.0):
+            for value in (1.0 - 2.0**-24, 0.0):
                 u = torch.full((64,), value, device=dev)
                 a = sample_from_uniforms(tree.sum_tree, u, capacity, tree.impl)
                 assert torch.equal(a, sample_from_uniforms(ref.sum_tree, u, capacity, "torch"))
@@ -210,7 +211,6 @@ def test_bad_input_is_rejected():
 def test_forcing_triton_on_cpu_without_the_interpreter_raises():
     # In a process of its own without TRITON_INTERPRET: the variable only counts at import.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("from pql.kernels import SumTree\n"
-            "try:\n    SumTree(4, impl='triton')\nexcept ValueError as e:\n    print(e)")
+    code = "from pql.kernels import SumTree\ntry:\n    SumTree(4, impl='triton')\nexcept ValueError as e:\n    print(e)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "impl='triton' cannot run on cpu tensors" in out.stdout and "TRITON_INTERPRET=1" in out.stdout, out

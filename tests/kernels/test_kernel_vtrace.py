@@ -1,12 +1,12 @@
 """V-trace: kernel and reference recursion against the paper's O(T^2) definition."""
+
 import math
 
 import pytest
 import torch
-
 from impl_cases import CASES
-from pql.kernels import vtrace
 
+from pql.kernels import vtrace
 
 
 def paper_vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, c_bar, lam, pg_rho_bar):
@@ -15,7 +15,8 @@ def paper_vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar,
     with rho_t = min(rho_bar, ratio_t), c_i = lam * min(c_bar, ratio_i), V(x_T) = bootstrap_value;
     pg_advantage_s = min(pg_rho_bar, ratio_s) (r_s + gamma_s v_{s+1} - V(x_s)), v_T = V(x_T)."""
     log_rhos, discounts, rewards, values, bootstrap_value = (
-        x.double() for x in (log_rhos, discounts, rewards, values, bootstrap_value))
+        x.double() for x in (log_rhos, discounts, rewards, values, bootstrap_value)
+    )
     T = values.shape[0]
     ratios = log_rhos.exp()
     v_ext = torch.cat([values, bootstrap_value[None]])
@@ -38,8 +39,13 @@ def random_batch(T, B, seed, lo=0.2, hi=3.0):
     log_rhos = math.log(lo) + (math.log(hi) - math.log(lo)) * torch.rand(T, B, generator=gen)
     # Mostly 0.99, and a few episode ends (discount 0).
     discounts = 0.99 * (torch.rand(T, B, generator=gen) > 0.1).float()
-    return (log_rhos, discounts, torch.randn(T, B, generator=gen), torch.randn(T, B, generator=gen),
-            torch.randn(B, generator=gen))
+    return (
+        log_rhos,
+        discounts,
+        torch.randn(T, B, generator=gen),
+        torch.randn(T, B, generator=gen),
+        torch.randn(B, generator=gen),
+    )
 
 
 def run(case, args, **clips):
@@ -49,12 +55,16 @@ def run(case, args, **clips):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("T,B", [(1, 5), (7, 33), (20, 200)])
-@pytest.mark.parametrize("clips", [
-    dict(rho_bar=1.0, c_bar=1.0, lam=1.0, pg_rho_bar=None),
-    dict(rho_bar=1.5, c_bar=0.7, lam=1.0, pg_rho_bar=None),
-    dict(rho_bar=2.0, c_bar=0.5, lam=0.9, pg_rho_bar=1.2),
-    dict(rho_bar=math.inf, c_bar=math.inf, lam=0.95, pg_rho_bar=None),
-], ids=["default", "rho1.5-c0.7", "lam0.9-pg1.2", "unclipped"])
+@pytest.mark.parametrize(
+    "clips",
+    [
+        dict(rho_bar=1.0, c_bar=1.0, lam=1.0, pg_rho_bar=None),
+        dict(rho_bar=1.5, c_bar=0.7, lam=1.0, pg_rho_bar=None),
+        dict(rho_bar=2.0, c_bar=0.5, lam=0.9, pg_rho_bar=1.2),
+        dict(rho_bar=math.inf, c_bar=math.inf, lam=0.95, pg_rho_bar=None),
+    ],
+    ids=["default", "rho1.5-c0.7", "lam0.9-pg1.2", "unclipped"],
+)
 def test_matches_the_paper_definition(case, T, B, clips):
     args = random_batch(T, B, seed=T * B)
     ratios = args[0].exp()
@@ -76,8 +86,7 @@ def test_matches_the_paper_definition(case, T, B, clips):
 def test_on_policy_reduces_to_the_n_step_bellman_target(case, rho_bar, c_bar):
     T, B = 9, 17
     _, discounts, rewards, values, bootstrap = random_batch(T, B, seed=7)
-    vs, _ = run(case, (torch.zeros(T, B), discounts, rewards, values, bootstrap),
-                rho_bar=rho_bar, c_bar=c_bar)
+    vs, _ = run(case, (torch.zeros(T, B), discounts, rewards, values, bootstrap), rho_bar=rho_bar, c_bar=c_bar)
     # v_s = sum_{t>=s} (prod_{i=s}^{t-1} gamma_i) r_t + (prod_{i=s}^{T-1} gamma_i) V(x_T): no V(x_s).
     target = bootstrap.double()
     want = torch.empty(T, B, dtype=torch.float64)

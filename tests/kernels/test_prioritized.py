@@ -1,10 +1,11 @@
 """PrioritizedSampler: sampling law (chi-square), importance weights, beta annealing, new-item
 priority, state round trip, argument checks; sequence_priority."""
+
 import pytest
 import torch
+from impl_cases import CASES
 from scipy import stats
 
-from impl_cases import CASES
 from pql.kernels.sumtree import SumTree
 from pql.replay.prioritized import PrioritizedSampler, sequence_priority
 
@@ -30,7 +31,7 @@ def expected_probabilities(mode, td, alpha, eps):
         ranks = torch.empty_like(td)
         ranks[torch.sort(td, descending=True, stable=True).indices] = torch.arange(1, td.numel() + 1).double()
         p = 1 / ranks
-    return p ** alpha / (p ** alpha).sum()
+    return p**alpha / (p**alpha).sum()
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -108,8 +109,7 @@ def test_duplicate_updates_keep_the_last(case, mode):
     td[2], td[5] = 0.25, 0.0
     sampler.sample(1, 8)  # rank mode re-ranks here
     probs = expected_probabilities(mode, td, sampler.alpha, sampler.eps)
-    torch.testing.assert_close((sampler.tree.leaves / sampler.tree.total()).double().cpu(), probs,
-                               rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close((sampler.tree.leaves / sampler.tree.total()).double().cpu(), probs, rtol=1e-5, atol=1e-7)
 
 
 def test_rank_mode_reranks_when_the_buffer_grows():
@@ -168,7 +168,8 @@ def test_rerank_of_a_few_items_in_a_large_tree_equals_a_rebuild(case, monkeypatc
     assert rebuilds == []  # 100 * log2(4096) < 4096 nodes: the ranked leaves are updated in place
     order = torch.sort(td.to(device), descending=True, stable=True).indices
     leaves = torch.zeros(4096, device=device).index_copy_(
-        0, order, torch.arange(1, 101, dtype=torch.float32, device=device).pow(-0.7))
+        0, order, torch.arange(1, 101, dtype=torch.float32, device=device).pow(-0.7)
+    )
     rebuilt = SumTree(4096, device, impl=impl)
     rebuilt.reset(leaves)
     assert torch.equal(sampler.tree.sum_tree, rebuilt.sum_tree)
@@ -205,8 +206,7 @@ def test_rank_mode_between_reranks_samples_and_weighs_by_the_tree(case):
         idx, weights = idx.cpu(), weights.cpu()
         assert ((weights > 0) & (weights <= 1)).all()
         # Normalised by the least leaf of the tree sampled: weight 1 there.
-        torch.testing.assert_close(weights.double(), (leaves[idx] / leaves[:266].min()) ** -beta,
-                                   rtol=2e-5, atol=1e-7)
+        torch.testing.assert_close(weights.double(), (leaves[idx] / leaves[:266].min()) ** -beta, rtol=2e-5, atol=1e-7)
         counts += torch.bincount(idx, minlength=300)
     assert torch.equal(sampler.tree.leaves.cpu().double(), leaves)  # 27 calls: the same ranking
     assert counts[266:].sum() == 0
@@ -216,8 +216,9 @@ def test_rank_mode_between_reranks_samples_and_weighs_by_the_tree(case):
         sampler.sample(1, 266)  # the ranking's 28th to 30th calls
     assert torch.equal(sampler.tree.leaves.cpu().double(), leaves)
     sampler.sample(1, 266)
-    torch.testing.assert_close((sampler.tree.leaves[:266] / sampler.tree.total()).double().cpu(), exact,
-                               rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(
+        (sampler.tree.leaves[:266] / sampler.tree.total()).double().cpu(), exact, rtol=1e-5, atol=1e-7
+    )
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -276,5 +277,5 @@ def test_sequence_priority_over_windows_of_different_lengths():
     lengths = torch.tensor([1, 2, 3, 4, 4, 2])
     got = sequence_priority(td, eta=0.7, lengths=lengths)
     for b in range(6):
-        window = td[b, :int(lengths[b])].tolist()
+        window = td[b, : int(lengths[b])].tolist()
         assert got[b].item() == pytest.approx(0.7 * max(window) + 0.3 * sum(window) / len(window), rel=1e-6)

@@ -2,6 +2,7 @@
 transitions and stages them in the ring for the learners. With several replicas it merges its
 observation statistics with theirs at every step and agrees with them on when to finish
 (pql/runtime/distributed.py)."""
+
 from __future__ import annotations
 
 import torch
@@ -24,9 +25,17 @@ EPISODE_REPORT_EVERY = 16  # actor steps between reports of the training episode
 class Actor:
     name = "actor"
 
-    def __init__(self, cfg, shared: SharedState, algo, device, ratios: RatioController, fresh_start: bool,
-                 group: ReplicaGroup):
-        self.cfg, self.shared, self.algo, self.device, self.ratios, self.group = cfg, shared, algo, device, ratios, group
+    def __init__(
+        self, cfg, shared: SharedState, algo, device, ratios: RatioController, fresh_start: bool, group: ReplicaGroup
+    ):
+        self.cfg, self.shared, self.algo, self.device, self.ratios, self.group = (
+            cfg,
+            shared,
+            algo,
+            device,
+            ratios,
+            group,
+        )
         seed = group.replicas.seed(cfg.runtime.seed)
         self.env = build_env(cfg.task, cfg.task.num_envs, device, seed)
         self.policy = algo.make_policy().to(device)
@@ -34,9 +43,12 @@ class Actor:
         self.acting = InferenceCopy(self.policy, cfg.actor.precision)
         self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
         self.noise_std = algo.exploration_noise(self.env.num_envs, device)
-        self.window = NStepWindow(cfg.algo.nstep, cfg.algo.gamma,
-                                  cfg.replay.priority_eta if cfg.replay.actor_priorities else None,
-                                  keeps_first_step(cfg.algo))
+        self.window = NStepWindow(
+            cfg.algo.nstep,
+            cfg.algo.gamma,
+            cfg.replay.priority_eta if cfg.replay.actor_priorities else None,
+            keeps_first_step(cfg.algo),
+        )
         # Ape-X: with replay.actor_priorities the actor keeps a critic copy to prioritise its data.
         self.critic = algo.make_critic().to(device).requires_grad_(False) if cfg.replay.actor_priorities else None
         self.critic_reader = None if self.critic is None else WeightsReader(shared.weights["critic"], self.critic)
@@ -49,8 +61,9 @@ class Actor:
         self.ring_writes = InFlight(device, wait=group.ordered)  # staged batches written but not counted yet
 
     def done(self) -> bool:
-        return self.finished or self.group.replicas.budget_spent(self.shared.counters.env_steps,
-                                                                 self.cfg.runtime.max_env_steps)
+        return self.finished or self.group.replicas.budget_spent(
+            self.shared.counters.env_steps, self.cfg.runtime.max_env_steps
+        )
 
     def ready(self) -> bool:
         self._count_landed()
@@ -83,8 +96,13 @@ class Actor:
     def _td_abs(self, obs, action, reward, terminated, final_obs) -> torch.Tensor:
         """One-step |TD error| [N] of this step under the actor's critic and policy copies (its
         critic copy stands in for the target critic, which only the V-learner has)."""
-        batch = {"obs": self.normalizer(obs), "action": action, "reward": reward,
-                 "next_obs": self.normalizer(final_obs), "discount": self.cfg.algo.gamma * (~terminated).float()}
+        batch = {
+            "obs": self.normalizer(obs),
+            "action": action,
+            "reward": reward,
+            "next_obs": self.normalizer(final_obs),
+            "discount": self.cfg.algo.gamma * (~terminated).float(),
+        }
         return self.algo.td_error(self.critic, self.critic, self.policy, batch)
 
     @torch.no_grad()
@@ -101,7 +119,9 @@ class Actor:
         staged = self._staged()
         warming = staged - c.launch_actor_steps < c.warmup_steps
         if warming and self.random_warmup:
-            action = torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
+            action = (
+                torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
+            )
         else:
             action = self.algo.explore(self.acting.module, self.normalizer(self.obs), self.noise_std)
         with finite_actions(self.name, f"actor step {c.actor_steps:,}"):
@@ -126,8 +146,11 @@ class Actor:
 
     def state_dict(self) -> dict:
         # No window or observations: a resumed run restarts its envs' episodes.
-        return {"policy": self.policy.state_dict(), "normalizer": self.normalizer.state_dict(),
-                "generator": self.generator.get_state()}
+        return {
+            "policy": self.policy.state_dict(),
+            "normalizer": self.normalizer.state_dict(),
+            "generator": self.generator.get_state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])

@@ -3,6 +3,7 @@ P-learner owns the policy and an observation replay. Each keeps a local copy of 
 network, refreshed from the versioned shared weights. With several replicas each learner
 starts from rank 0's network and averages its gradients with the same learner of every other
 replica before each step, so the replicas' networks stay identical."""
+
 from __future__ import annotations
 
 import copy
@@ -29,11 +30,18 @@ def make_sampler(replay_cfg, capacity: int, device):
         return None
     from pql.replay.prioritized import PrioritizedSampler
 
-    return PrioritizedSampler(capacity, device, mode=replay_cfg.priority_mode, alpha=replay_cfg.priority_alpha,
-                              beta0=replay_cfg.priority_beta0, beta_anneal_updates=replay_cfg.beta_anneal_updates,
-                              eps=replay_cfg.priority_eps, rerank_every=replay_cfg.rerank_every,
-                              # On a GPU each check is a host sync per update; the CPU checks for free.
-                              validate=torch.device(device).type == "cpu")
+    return PrioritizedSampler(
+        capacity,
+        device,
+        mode=replay_cfg.priority_mode,
+        alpha=replay_cfg.priority_alpha,
+        beta0=replay_cfg.priority_beta0,
+        beta_anneal_updates=replay_cfg.beta_anneal_updates,
+        eps=replay_cfg.priority_eps,
+        rerank_every=replay_cfg.rerank_every,
+        # On a GPU each check is a host sync per update; the CPU checks for free.
+        validate=torch.device(device).type == "cpu",
+    )
 
 
 def compile_update(fn, enabled: bool, device: torch.device):
@@ -65,9 +73,27 @@ class _Learner(Checkpointable):
     publish_every: int
     staged_priorities = False  # whether new items take the priorities the actor staged
 
-    def __init__(self, cfg, shared: SharedState, algo, device, ratios: RatioController, obs_dim: int, spec: dict,
-                 sampler, seed_offset: int, group: ReplicaGroup):
-        self.cfg, self.shared, self.algo, self.device, self.ratios, self.group = cfg, shared, algo, device, ratios, group
+    def __init__(
+        self,
+        cfg,
+        shared: SharedState,
+        algo,
+        device,
+        ratios: RatioController,
+        obs_dim: int,
+        spec: dict,
+        sampler,
+        seed_offset: int,
+        group: ReplicaGroup,
+    ):
+        self.cfg, self.shared, self.algo, self.device, self.ratios, self.group = (
+            cfg,
+            shared,
+            algo,
+            device,
+            ratios,
+            group,
+        )
         self.generator = torch.Generator(device=device).manual_seed(group.replicas.seed(cfg.runtime.seed) + seed_offset)
         self.replay = ReplayBuffer(cfg.replay.capacity, spec, device, sampler, self.generator)
         self.normalizer = ObsNormalizer(obs_dim).to(device)
@@ -86,8 +112,9 @@ class _Learner(Checkpointable):
         staged = self.shared.counters.actor_steps
         while self.ingested < staged:
             slot = self.ingested % self.shared.ring_slots
-            self.replay.add({k: ring[k][slot] for k in self.fields},
-                            ring["priority"][slot] if self.staged_priorities else None)
+            self.replay.add(
+                {k: ring[k][slot] for k in self.fields}, ring["priority"][slot] if self.staged_priorities else None
+            )
             self.copies.mark()
             self.ingested += 1
         landed = self.copies.landed()
@@ -137,8 +164,7 @@ class VLearner(_Learner):
     # Not the sampler's priorities: the replay's contents are not saved, so they would be of nothing.
     state_attrs = ("critic", "target_critic", "optim")
 
-    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int,
-                 group: ReplicaGroup):
+    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int, group: ReplicaGroup):
         sampler = make_sampler(cfg.replay, cfg.replay.capacity, device)
         spec = transition_spec(obs_dim, act_dim, keeps_first_step(cfg.algo))
         self.fields = tuple(spec)
@@ -154,7 +180,9 @@ class VLearner(_Learner):
         self.optim = adam(algo.critic_optim_params(self.critic))
         self.critic_loss = compile_update(
             lambda batch, weights: algo.critic_loss(self.critic, self.target_critic, self.policy, batch, weights),
-            cfg.runtime.compile, device)
+            cfg.runtime.compile,
+            device,
+        )
         shared.weights["critic"].publish(self.critic, wait=True)
 
     def ready(self) -> bool:
@@ -173,8 +201,12 @@ class VLearner(_Learner):
     def _report(self, info: dict) -> None:
         stats = self.shared.stats
         stats.critic_loss, stats.q_mean = host_values(info["critic/loss"], info["critic/q"])
-        check_values(self.name, {"critic loss": stats.critic_loss, "mean Q": stats.q_mean},
-                     f"critic update {self.updates:,}", {"critic loss": self.cfg.runtime.max_critic_loss})
+        check_values(
+            self.name,
+            {"critic loss": stats.critic_loss, "mean Q": stats.q_mean},
+            f"critic update {self.updates:,}",
+            {"critic loss": self.cfg.runtime.max_critic_loss},
+        )
         stats.policy_version_lag = self.shared.weights["policy"].current_version() - self.policy_reader.version
 
 
@@ -185,18 +217,19 @@ class PLearner(_Learner):
     publishes = ("policy",)
     state_attrs = ("policy", "optim")
 
-    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int,
-                 group: ReplicaGroup):
-        super().__init__(cfg, shared, algo, device, ratios, obs_dim, {"obs": ((obs_dim,), torch.float32)}, None, 3,
-                         group)
+    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int, group: ReplicaGroup):
+        super().__init__(
+            cfg, shared, algo, device, ratios, obs_dim, {"obs": ((obs_dim,), torch.float32)}, None, 3, group
+        )
         self.publish_every = cfg.runtime.policy_publish_every
         self.policy = algo.make_policy().to(device)
         group.broadcast(self.policy)
         self.critic = algo.make_critic().to(device).requires_grad_(False)
         self.critic_reader = WeightsReader(shared.weights["critic"], self.critic)
         self.optim = adam(algo.policy_optim_params(self.policy))
-        self.policy_loss = compile_update(lambda obs: algo.policy_loss(self.policy, self.critic, obs),
-                                          cfg.runtime.compile, device)
+        self.policy_loss = compile_update(
+            lambda obs: algo.policy_loss(self.policy, self.critic, obs), cfg.runtime.compile, device
+        )
         self.average_rate = cfg.algo.policy_average
         if self.average_rate:
             # The policy the run delivers: a Polyak average of this one, published for evaluation.
@@ -226,5 +259,5 @@ class PLearner(_Learner):
         super().load_state_dict(state)
 
     def _report(self, info: dict) -> None:
-        self.shared.stats.policy_loss, = host_values(info["policy/loss"])
+        (self.shared.stats.policy_loss,) = host_values(info["policy/loss"])
         check_values(self.name, {"policy loss": self.shared.stats.policy_loss}, f"policy update {self.updates:,}")

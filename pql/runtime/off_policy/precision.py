@@ -1,4 +1,5 @@
 """The actor's inference copy of the policy, optionally at lower precision (actor.precision)."""
+
 from __future__ import annotations
 
 import copy
@@ -45,5 +46,6 @@ class InferenceCopy:
             for dst, src in zip(self.module.state_dict().values(), self.policy.state_dict().values()):
                 dst.copy_(src)
         elif self.precision == "int8":
-            self.module = torch.ao.quantization.quantize_dynamic(copy.deepcopy(self.policy), {nn.Linear},
-                                                                 dtype=torch.qint8)
+            self.module = torch.ao.quantization.quantize_dynamic(
+                copy.deepcopy(self.policy), {nn.Linear}, dtype=torch.qint8
+            )

@@ -3,6 +3,7 @@
 A role has `ready()`, `step()`, `idle()`, `state_dict()` and `load_state_dict()`; the ratio
 controller decides when `ready()` is true.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,15 +40,24 @@ def make_shared(cfg, algo, obs_dim: int, act_dim: int, ctx=None) -> SharedState:
     statistics on the actor's, the critic on the V-learner's, the policy on the P-learner's
     (ctx: a multiprocessing context, None for one process)."""
     actor, p_learner = role_device(cfg, "actor"), role_device(cfg, "p_learner")
-    weights = {"normalizer": SharedWeights(ObsNormalizer(obs_dim), actor),
-               "critic": SharedWeights(algo.make_critic(), role_device(cfg, "v_learner")),
-               "policy": SharedWeights(algo.make_policy(), p_learner)}
+    weights = {
+        "normalizer": SharedWeights(ObsNormalizer(obs_dim), actor),
+        "critic": SharedWeights(algo.make_critic(), role_device(cfg, "v_learner")),
+        "policy": SharedWeights(algo.make_policy(), p_learner),
+    }
     if delivered_policy(cfg) == DELIVERED:
         weights[DELIVERED] = SharedWeights(algo.make_policy(), p_learner)
     staging = staging_spec(obs_dim, act_dim, keeps_first_step(cfg.algo))
-    return make_shared_state(RatioCounters(), LearnerStats(), staging,
-                             (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs), actor, weights,
-                             ROLE_NAMES, ctx)
+    return make_shared_state(
+        RatioCounters(),
+        LearnerStats(),
+        staging,
+        (cfg.runtime.max_lag + STAGING_SLOTS_EXTRA, cfg.task.num_envs),
+        actor,
+        weights,
+        ROLE_NAMES,
+        ctx,
+    )
 
 
 def delivered_policy(cfg) -> str:
@@ -56,12 +66,27 @@ def delivered_policy(cfg) -> str:
 
 
 def make_ratios(cfg, shared: SharedState) -> RatioController:
-    return RatioController(shared.counters, cfg.algo.beta_av, cfg.algo.beta_pv, cfg.runtime.max_lag,
-                           cfg.algo.early_beta_av, cfg.algo.early_steps)
+    return RatioController(
+        shared.counters,
+        cfg.algo.beta_av,
+        cfg.algo.beta_pv,
+        cfg.runtime.max_lag,
+        cfg.algo.early_beta_av,
+        cfg.algo.early_steps,
+    )
 
 
-def build_role(name: str, cfg, shared: SharedState, algo, device, ratios: RatioController, obs_dim: int, act_dim: int,
-               fresh_start: bool):
+def build_role(
+    name: str,
+    cfg,
+    shared: SharedState,
+    algo,
+    device,
+    ratios: RatioController,
+    obs_dim: int,
+    act_dim: int,
+    fresh_start: bool,
+):
     """Role `name`, in the process it runs in; with several replicas it joins the group of the
     same role of every replica first."""
     group = role_group(Replicas.from_env(), name, device, cfg.runtime.stall_timeout_s)
@@ -71,8 +96,9 @@ def build_role(name: str, cfg, shared: SharedState, algo, device, ratios: RatioC
     return cls(cfg, shared, algo, device, ratios, obs_dim, act_dim, group)
 
 
-def role_main(name: str, cfg, shared: SharedState, obs_dim: int, act_dim: int, resume: dict | None,
-              threads: int) -> None:
+def role_main(
+    name: str, cfg, shared: SharedState, obs_dim: int, act_dim: int, resume: dict | None, threads: int
+) -> None:
     """Entry point of a role process. The role lives in serve(), whose frame ends, and with it the
     role's hold on the shared tensors, before role_process releases them."""
     with role_process(name, shared, threads, role_log_path(cfg)):
@@ -85,12 +111,22 @@ def serve(name: str, cfg, shared: SharedState, obs_dim: int, act_dim: int, resum
     # Each replica explores with noise of its own (networks start from rank 0's: learners.py).
     torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 17 * (ROLE_NAMES.index(name) + 1))
     ratios = make_ratios(cfg, shared)
-    role = build_role(name, cfg, shared, make_rules(cfg, obs_dim, act_dim), device, ratios, obs_dim, act_dim,
-                      fresh_start=resume is None)
+    role = build_role(
+        name,
+        cfg,
+        shared,
+        make_rules(cfg, obs_dim, act_dim),
+        device,
+        ratios,
+        obs_dim,
+        act_dim,
+        fresh_start=resume is None,
+    )
     if resume is not None:
         role.load_state_dict(resume["roles"][name])
-    waiter = Waiter(shared.counters, shared.wakeup, name, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
-                    ratios.started)
+    waiter = Waiter(
+        shared.counters, shared.wakeup, name, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s, ratios.started
+    )
     # Requests are numbered from 1 in each launch; one made while this role was starting is
     # still answered (reading the counter here instead would skip it, and the main process
     # would wait for this role's state for ever).

@@ -1,6 +1,7 @@
 """PQL, PQL-D and SAC: an actor, a V-learner and a P-learner at the ratios of control.py, in
 three processes (runtime.mode=process: the main process evaluates, logs and checkpoints while it
 supervises them) or interleaved in the main process (runtime.mode=sequential)."""
+
 from __future__ import annotations
 
 import time
@@ -10,8 +11,16 @@ import torch.multiprocessing as mp
 from pql.nets import ObsNormalizer
 from pql.runtime.control import RatioCounters
 from pql.runtime.distributed import Replicas
-from pql.runtime.off_policy.roles import (ROLE_NAMES, build_role, delivered_policy, make_ratios, make_rules,
-                                          make_shared, role_device, role_main)
+from pql.runtime.off_policy.roles import (
+    ROLE_NAMES,
+    build_role,
+    delivered_policy,
+    make_ratios,
+    make_rules,
+    make_shared,
+    role_device,
+    role_main,
+)
 from pql.runtime.off_policy.sequential import interleave
 from pql.runtime.supervisor import POLL_S, ProcessRuntime, threads_per_process
 from pql.runtime.weight_sync import WeightsReader
@@ -35,8 +44,20 @@ class OffPolicyRunner:
         self.ratios = make_ratios(cfg, self.shared)
         self.roles, self.processes = {}, None
         if self.ctx is None:
-            self.roles = {name: build_role(name, cfg, self.shared, algo, role_device(cfg, name), self.ratios, obs_dim,
-                                           act_dim, fresh_start=resume is None) for name in ROLE_NAMES}
+            self.roles = {
+                name: build_role(
+                    name,
+                    cfg,
+                    self.shared,
+                    algo,
+                    role_device(cfg, name),
+                    self.ratios,
+                    obs_dim,
+                    act_dim,
+                    fresh_start=resume is None,
+                )
+                for name in ROLE_NAMES
+            }
             for name, role in self.roles.items():
                 if resume is not None:
                     role.load_state_dict(resume["roles"][name])
@@ -58,10 +79,18 @@ class OffPolicyRunner:
             monitor.tick(final=True)
             return
         threads = threads_per_process(self.cfg, len(ROLE_NAMES))
-        self.processes = ProcessRuntime(self.shared, {
-            name: self.ctx.Process(target=role_main, name=f"pql-{name}", daemon=True,
-                                   args=(name, self.cfg, self.shared, self.obs_dim, self.act_dim, self.resume, threads))
-            for name in ROLE_NAMES})
+        self.processes = ProcessRuntime(
+            self.shared,
+            {
+                name: self.ctx.Process(
+                    target=role_main,
+                    name=f"pql-{name}",
+                    daemon=True,
+                    args=(name, self.cfg, self.shared, self.obs_dim, self.act_dim, self.resume, threads),
+                )
+                for name in ROLE_NAMES
+            },
+        )
         self.processes.start()
         while not self.counters.actor_done:
             if monitor.should_stop():
@@ -79,16 +108,27 @@ class OffPolicyRunner:
 
     def counts(self) -> dict:
         c = self.counters.as_dict()
-        return {"env_steps": c["env_steps"] * self.world, "actor": c["actor_steps"], "v_learner": c["critic_updates"],
-                "p_learner": c["policy_updates"]}
+        return {
+            "env_steps": c["env_steps"] * self.world,
+            "actor": c["actor_steps"],
+            "v_learner": c["critic_updates"],
+            "p_learner": c["policy_updates"],
+        }
 
     def scalars(self) -> dict:
         a, v, p = self.ratios.progress()
         stats = self.shared.stats.as_dict()
-        return {"ratio/beta_av": v / a if a > 0 else 0.0, "ratio/beta_pv": v / p if p > 0 else 0.0,
-                "loss/critic": stats["critic_loss"], "loss/policy": stats["policy_loss"], "critic/q": stats["q_mean"],
-                "policy/version_lag": stats["policy_version_lag"], "train/return": stats["train_return"],
-                "train/length": stats["train_length"], "train/episodes": self.counters.episodes}
+        return {
+            "ratio/beta_av": v / a if a > 0 else 0.0,
+            "ratio/beta_pv": v / p if p > 0 else 0.0,
+            "loss/critic": stats["critic_loss"],
+            "loss/policy": stats["policy_loss"],
+            "critic/q": stats["q_mean"],
+            "policy/version_lag": stats["policy_version_lag"],
+            "train/return": stats["train_return"],
+            "train/length": stats["train_length"],
+            "train/episodes": self.counters.episodes,
+        }
 
     def policy_version(self) -> int:
         return self.shared.weights[self.delivered].current_version()  # 0 until the P-learner has published once
@@ -104,8 +144,12 @@ class OffPolicyRunner:
             roles, counts = self.processes.collect_states()
         else:
             roles, counts = {name: role.state_dict() for name, role in self.roles.items()}, self.counters.as_dict()
-        return {"counters": {k: counts[k] for k in RatioCounters.persistent}, "policy": roles["p_learner"][self.delivered],
-                "normalizer": roles["actor"]["normalizer"], "roles": roles}
+        return {
+            "counters": {k: counts[k] for k in RatioCounters.persistent},
+            "policy": roles["p_learner"][self.delivered],
+            "normalizer": roles["actor"]["normalizer"],
+            "roles": roles,
+        }
 
     def close(self) -> None:
         if self.processes is not None:

@@ -1,5 +1,6 @@
 """Sequential mode: the three roles interleaved in one process at the same ratios.
 Deterministic for a seed on the CPU (one RNG stream, a fixed order), for tests and debugging."""
+
 from __future__ import annotations
 
 from pql.runtime.control import RatioController
@@ -29,8 +30,9 @@ def interleave(actor, learners, monitor, ratios: RatioController) -> None:
             _run_learners(learners)
             if _stuck(actor, learners):
                 a, v, p = ratios.progress()
-                raise RuntimeError(f"sequential schedule cannot advance (actor steps {a}, critic updates {v}, "
-                                   f"policy updates {p})")
+                raise RuntimeError(
+                    f"sequential schedule cannot advance (actor steps {a}, critic updates {v}, policy updates {p})"
+                )
         if steps % MONITOR_EVERY == 0:
             monitor.tick()
     _run_learners(learners)

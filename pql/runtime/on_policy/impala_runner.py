@@ -9,6 +9,7 @@ policy lag.
 The ring is `algo.queue_size` slots of T-step trajectories from N envs ([slots, T, N, ...],
 shared memory on CPU, CUDA IPC on GPU), each with the policy version μ that made it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -62,8 +63,9 @@ WAITING_ROLES = ("actor", "learner")  # the actor process, and the learner in th
 
 
 def make_waiter(cfg, shared: SharedState, queue: TrajectoryQueue, role: str) -> Waiter:
-    return Waiter(shared.counters, shared.wakeup, role, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s,
-                  queue.started)
+    return Waiter(
+        shared.counters, shared.wakeup, role, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s, queue.started
+    )
 
 
 class ImpalaActor:
@@ -83,8 +85,9 @@ class ImpalaActor:
         self.worker = RolloutWorker(env, normalizer, self.group, shared.counters.episodes)
 
     def done(self) -> bool:
-        return self.finished or self.group.replicas.budget_spent(self.shared.counters.env_steps,
-                                                                 self.cfg.runtime.max_env_steps)
+        return self.finished or self.group.replicas.budget_spent(
+            self.shared.counters.env_steps, self.cfg.runtime.max_env_steps
+        )
 
     def ready(self) -> bool:
         if self.done():  # the learner takes every slot published before it stops
@@ -137,11 +140,19 @@ class ImpalaRunner(OnPolicyRunner):
             import torch.multiprocessing as mp
 
             self.ctx = mp.get_context("spawn")
-        self.shared = make_shared_state(QueueCounters(), RunStats(), trajectory_ring_spec(obs_dim, act_dim),
-                                        (cfg.algo.queue_size, cfg.algo.unroll, cfg.task.num_envs), device,
-                                        {"policy": SharedWeights(self.learner.policy, device),
-                                         "normalizer": SharedWeights(self.normalizer, device)}, WAITING_ROLES,
-                                        self.ctx)
+        self.shared = make_shared_state(
+            QueueCounters(),
+            RunStats(),
+            trajectory_ring_spec(obs_dim, act_dim),
+            (cfg.algo.queue_size, cfg.algo.unroll, cfg.task.num_envs),
+            device,
+            {
+                "policy": SharedWeights(self.learner.policy, device),
+                "normalizer": SharedWeights(self.normalizer, device),
+            },
+            WAITING_ROLES,
+            self.ctx,
+        )
         self.counters = self.shared.counters
         self.counters.load({k: self.resumed[k] for k in ("env_steps", "episodes")})
         self.shared.weights["policy"].publish(self.learner.policy, wait=True)
@@ -158,14 +169,26 @@ class ImpalaRunner(OnPolicyRunner):
             self._learn(monitor, lambda: actor.ready() and actor.step())
             return
         # The learner runs in this process: the actor gets half the cores.
-        self.processes = ProcessRuntime(self.shared, {"actor": self.ctx.Process(
-            target=actor_main, name="pql-actor", daemon=True, args=(self.cfg, self.shared, threads_per_process(self.cfg, 2)))})
+        self.processes = ProcessRuntime(
+            self.shared,
+            {
+                "actor": self.ctx.Process(
+                    target=actor_main,
+                    name="pql-actor",
+                    daemon=True,
+                    args=(self.cfg, self.shared, threads_per_process(self.cfg, 2)),
+                )
+            },
+        )
         self.processes.start()
 
         def fill() -> None:
             self.processes.check()
-            if not self.waiter.wait(lambda: self.queue.slot_full() or bool(self.counters.actor_done),
-                                    self.processes.check, "a trajectory from the actor"):
+            if not self.waiter.wait(
+                lambda: self.queue.slot_full() or bool(self.counters.actor_done),
+                self.processes.check,
+                "a trajectory from the actor",
+            ):
                 self.processes.check()  # stopped: only a failing actor stops the run early
 
         self._learn(monitor, fill)
@@ -207,8 +230,13 @@ class ImpalaRunner(OnPolicyRunner):
     def scalars(self) -> dict:
         lag = self.lag_sum / max(self.lag_count, 1)  # mean policy lag since the last call
         self.lag_sum = self.lag_count = 0
-        return {**self.info, "policy/version_lag": lag, "train/return": self.shared.stats.train_return,
-                "train/length": self.shared.stats.train_length, "train/episodes": self.counters.episodes}
+        return {
+            **self.info,
+            "policy/version_lag": lag,
+            "train/return": self.shared.stats.train_return,
+            "train/length": self.shared.stats.train_length,
+            "train/episodes": self.counters.episodes,
+        }
 
     def close(self) -> None:
         if self.processes is not None:

@@ -1,4 +1,5 @@
 """What PPO's and IMPALA's runners share: one learner in the main process."""
+
 from __future__ import annotations
 
 from pql.algos.ppo import make_gaussian_policy
@@ -55,6 +56,9 @@ class OnPolicyRunner:
 
     def checkpoint(self) -> dict:
         env_steps, episodes = self.progress()
-        return {"counters": {"env_steps": env_steps, "episodes": episodes, "updates": self.updates},
-                "policy": self.learner.policy.state_dict(), "normalizer": self.normalizer.state_dict(),
-                "roles": {"learner": self.learner.state_dict()}}
+        return {
+            "counters": {"env_steps": env_steps, "episodes": episodes, "updates": self.updates},
+            "policy": self.learner.policy.state_dict(),
+            "normalizer": self.normalizer.state_dict(),
+            "roles": {"learner": self.learner.state_dict()},
+        }

@@ -1,4 +1,5 @@
 """PPO in one process: collect horizon × num_envs steps, then epochs × minibatches updates."""
+
 from __future__ import annotations
 
 from pql.algos.ppo import PPO
@@ -22,8 +23,9 @@ class PPORunner(OnPolicyRunner):
     def run(self, monitor) -> None:
         cfg = self.cfg
         # The replicas agree on stopping early.
-        while (not self.replicas.budget_spent(self.env_steps, cfg.runtime.max_env_steps)
-               and not self.group.any(monitor.should_stop())):
+        while not self.replicas.budget_spent(self.env_steps, cfg.runtime.max_env_steps) and not self.group.any(
+            monitor.should_stop()
+        ):
             self.worker.collect(self.learner.policy, self.rollout)
             info = self.learner.update(self.rollout)
             self.env_steps += cfg.algo.horizon * cfg.task.num_envs

@@ -1,5 +1,6 @@
 """What PPO and IMPALA share: the rollout worker that steps the training envs with a Gaussian
 policy, and the trajectory layout it fills."""
+
 from __future__ import annotations
 
 import torch
@@ -14,10 +15,15 @@ from pql.runtime.episodes import EpisodeStats
 def trajectory_spec(obs_dim: int, act_dim: int) -> dict:
     """What a rollout records per env step. obs and final_obs are normalised as the policy saw them;
     final_obs is info["final_obs"] (s_{t+1} of the same episode, the bootstrap state)."""
-    return {"obs": ((obs_dim,), torch.float32), "action": ((act_dim,), torch.float32),
-            "log_prob": ((), torch.float32), "reward": ((), torch.float32),
-            "terminated": ((), torch.bool), "truncated": ((), torch.bool),
-            "final_obs": ((obs_dim,), torch.float32)}
+    return {
+        "obs": ((obs_dim,), torch.float32),
+        "action": ((act_dim,), torch.float32),
+        "log_prob": ((), torch.float32),
+        "reward": ((), torch.float32),
+        "terminated": ((), torch.bool),
+        "truncated": ((), torch.bool),
+        "final_obs": ((obs_dim,), torch.float32),
+    }
 
 
 class RolloutWorker:
@@ -43,7 +49,8 @@ class RolloutWorker:
             # The envs get the sample clipped to the action box; the log-prob is of the raw sample.
             with finite_actions("actor", f"rollout step {t}"):
                 next_obs, reward, terminated, truncated, info = self.env.step(
-                    to_env_action(action.clamp(-1.0, 1.0), self.env))
+                    to_env_action(action.clamp(-1.0, 1.0), self.env)
+                )
             out["obs"][t] = obs
             out["action"][t] = action
             out["log_prob"][t] = dist.log_prob(action).sum(-1)
