@@ -45,7 +45,7 @@ def supported(precision: str, device: torch.device) -> bool:
     return precision != "int8" or device.type == "cpu"
 
 
-def inference_ms(algo, policy, obs_dim: int, num_envs: int, device, seconds: float) -> dict:
+def inference_ms(rules, policy, obs_dim: int, num_envs: int, device, seconds: float) -> dict:
     """-> {precision: (ms per explore call for num_envs observations, ms per refresh of the copy)}."""
     obs = torch.randn(num_envs, obs_dim, device=device)
     noise_std = torch.full((num_envs, 1), 0.2, device=device)
@@ -54,7 +54,7 @@ def inference_ms(algo, policy, obs_dim: int, num_envs: int, device, seconds: flo
         if not supported(precision, device):
             continue
         acting = InferenceCopy(policy, precision)
-        act = 1e3 / timed(lambda: algo.explore(acting.module, obs, noise_std), device, seconds)
+        act = 1e3 / timed(lambda: rules.explore(acting.module, obs, noise_std), device, seconds)
         copy = 1e3 / timed(acting.refresh, device, seconds / 2)
         out[precision] = (act, copy)
     return out
@@ -63,9 +63,9 @@ def inference_ms(algo, policy, obs_dim: int, num_envs: int, device, seconds: flo
 def actor_steps_per_s(cfg, obs_dim: int, act_dim: int, device, seconds: float, resync: bool) -> float:
     """Env steps/s of the real actor role with nothing consuming its output but this loop.
     resync: publish the policy before every step, so the actor refreshes its inference copy."""
-    algo = make_rules(cfg, obs_dim, act_dim)
-    policy = algo.make_policy().to(device)
-    actor, actor_step = standalone_actor(cfg, algo, obs_dim, act_dim, device)
+    rules = make_rules(cfg.algo, obs_dim, act_dim)
+    policy = rules.make_policy().to(device)
+    actor, actor_step = standalone_actor(cfg, rules, obs_dim, act_dim, device)
     shared_policy = actor.shared.weights["policy"]
     shared_policy.publish(policy)
 
@@ -164,8 +164,8 @@ def main() -> None:
     probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
     probe.close()
-    algo = make_rules(cfg, obs_dim, act_dim)
-    policy = algo.make_policy().to(device)
+    rules = make_rules(cfg.algo, obs_dim, act_dim)
+    policy = rules.make_policy().to(device)
     batches = sorted({cfg.task.num_envs, 4096})
     threads = torch.get_num_threads()
 
@@ -178,7 +178,7 @@ def main() -> None:
         + "".join(f"{f'explore ms @{n}':>18}{'speed-up':>10}" for n in batches)
         + f"{'copy ms (per sync)':>20}"
     )
-    rows = {n: inference_ms(algo, policy, obs_dim, n, device, args.seconds) for n in batches}
+    rows = {n: inference_ms(rules, policy, obs_dim, n, device, args.seconds) for n in batches}
     for n, by_precision in rows.items():
         for precision, (act, copy) in by_precision.items():
             record("inference", precision, n, "explore_ms", act)
@@ -211,7 +211,7 @@ def main() -> None:
         )
 
     state = trained_state(args)
-    trained = algo.make_policy().to(device)
+    trained = rules.make_policy().to(device)
     trained.load_state_dict(state["policy"])
     normalizer = ObsNormalizer(obs_dim).to(device)
     normalizer.load_state_dict(state["normalizer"])

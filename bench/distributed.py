@@ -85,11 +85,11 @@ def worker(rank: int, world: int, port: int, args, out: dict) -> None:
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
     probe.close()
     critic_rate, policy_rate = learner_rates(cfg, obs_dim, act_dim, device, args.seconds)
-    algo = make_rules(cfg, obs_dim, act_dim)
+    rules = make_rules(cfg.algo, obs_dim, act_dim)
     rows = []
     for name, module, rate in (
-        ("critic", algo.make_critic(), critic_rate),
-        ("policy", algo.make_policy(), policy_rate),
+        ("critic", rules.make_critic(), critic_rate),
+        ("policy", rules.make_policy(), policy_rate),
     ):
         module = module.to(device)
         ms = allreduce_ms(group, module, device, args.seconds)

@@ -38,9 +38,11 @@ from pql.algos.common import SoftUpdate, adam
 from pql.config import apply_device_defaults, load_config
 from pql.replay.nstep import keeps_first_step, transition_spec
 from pql.runtime.device import use_device
+from pql.runtime.distributed import Replicas
 from pql.runtime.mps import MODES as MPS_MODES
 from pql.runtime.off_policy.learners import compile_update
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
+from pql.runtime.settings import run_settings
 
 
 class CsvRows:
@@ -103,20 +105,20 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
     """Critic and policy updates/s of the real update rules on random batches, with the
     optimiser and the runtime.compile setting the learners use (fused Adam and CUDA graphs on
     CUDA); the warm-up calls absorb the compilation."""
-    algo = make_rules(cfg, obs_dim, act_dim)
-    critic, policy = algo.make_critic().to(device), algo.make_policy().to(device)
+    rules = make_rules(cfg.algo, obs_dim, act_dim)
+    critic, policy = rules.make_critic().to(device), rules.make_policy().to(device)
     target = copy.deepcopy(critic).requires_grad_(False)
     soft_update = SoftUpdate(target, critic)
     critic_opt = adam(critic.parameters(), cfg.algo.critic_lr)
-    policy_opt = adam(algo.policy_optim_params(policy))
+    policy_opt = adam(rules.policy_optim_params(policy))
     critic_loss = compile_update(
-        lambda b, w: algo.critic_loss(critic, target, policy, b, w), cfg.runtime.compile, device
+        lambda b, w: rules.critic_loss(critic, target, policy, b, w), cfg.runtime.compile, device
     )
     # The P-learner's critic is a frozen copy (it takes no gradient): with the trained critic here,
     # the policy's backward would add into the gradients the critic's CUDA graph wrote, which the
     # next graph replay overwrites.
     frozen_critic = copy.deepcopy(critic).requires_grad_(False)
-    policy_loss = compile_update(lambda obs: algo.policy_loss(policy, frozen_critic, obs), cfg.runtime.compile, device)
+    policy_loss = compile_update(lambda obs: rules.policy_loss(policy, frozen_critic, obs), cfg.runtime.compile, device)
     batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device, keeps_first_step(cfg.algo))
     weights = torch.ones(cfg.algo.batch_size, device=device)
 
@@ -136,13 +138,14 @@ def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tu
     return timed(critic_update, device, seconds), timed(policy_update, device, seconds)
 
 
-def standalone_actor(cfg, algo, obs_dim: int, act_dim: int, device):
+def standalone_actor(cfg, rules, obs_dim: int, act_dim: int, device):
     """The real actor role with no learner: -> (actor, step), where step() makes one actor step
     and frees its ring slot at once, as if both learners had copied it."""
-    shared = make_shared(cfg, algo, obs_dim, act_dim)
     cfg.runtime.max_env_steps = 10**15
-    ratios = make_ratios(cfg, shared)
-    actor = build_role("actor", cfg, shared, algo, device, ratios, obs_dim, act_dim, fresh_start=False)
+    settings = run_settings(cfg, device, Replicas()).runner
+    shared = make_shared(settings, rules, obs_dim, act_dim)
+    ratios = make_ratios(settings.ratios, shared)
+    actor = build_role("actor", settings, shared, rules, ratios, obs_dim, act_dim, fresh_start=False)
 
     def step():
         actor.step()
@@ -154,7 +157,7 @@ def standalone_actor(cfg, algo, obs_dim: int, act_dim: int, device):
 def actor_rate(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> float:
     """Env steps/s of the real actor role (policy inference, exploration, n-step folding,
     staging) with nothing consuming its output but this loop."""
-    _, step = standalone_actor(cfg, make_rules(cfg, obs_dim, act_dim), obs_dim, act_dim, device)
+    _, step = standalone_actor(cfg, make_rules(cfg.algo, obs_dim, act_dim), obs_dim, act_dim, device)
     return timed(step, device, seconds) * cfg.task.num_envs
 
 

@@ -31,6 +31,7 @@ from pql.checkpoint import CheckpointError, load_checkpoint
 from pql.config import load_config
 from pql.envs import build_env, to_env_action
 from pql.runtime.run import checkpoint_policy
+from pql.runtime.settings import load_runner
 
 TASK = "HalfCheetah"
 PITCH = 1  # rooty in HalfCheetah's observation (qpos without the root's x, then qvel)
@@ -89,7 +90,8 @@ def probe(path: str, episodes: int, skip_steps: int, seed: int, device: str) -> 
     env = build_env(
         dataclasses.replace(cfg.task, backend="mujoco" if device == "cpu" else "mjwarp"), episodes, device, seed
     )
-    policy, normalizer = checkpoint_policy(cfg, state, env.obs_dim, env.act_dim, device)
+    runner = load_runner(cfg.algo.name)
+    policy, normalizer = checkpoint_policy(runner, cfg.algo, state, env.obs_dim, env.act_dim, device)
     # As evaluation acts: the deterministic policy's action, clipped to the box.
     out = rollout(env, lambda obs: policy(normalizer(obs)).clamp(-1.0, 1.0), skip_steps)
     cos_pitch = float(out["cos_pitch"].mean())

@@ -199,6 +199,7 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
     from pql.config import apply_device_defaults, load_config, register_configs
     from pql.runtime.distributed import Replicas
     from pql.runtime.run import load_resume
+    from pql.runtime.settings import resume_settings
 
     args = get_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun:
@@ -231,7 +232,7 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
         settings.run_dir = "."  # Hydra's own output directory, which is not made yet
         cfg = load_config(OmegaConf.to_container(settings, resolve=True))
         apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world, announce=False)
-        load_resume(cfg, replicas.world)
+        load_resume(resume_settings(cfg), replicas.world)
         cfgs.append(cfg)
         if job is jobs[0]:
             key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"

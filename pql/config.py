@@ -775,7 +775,8 @@ def to_dict(value):
 RERANK_WARN_ITEMS_PER_UPDATE = 65_536
 
 
-ROLE_DEVICE_KEYS = ("actor_device", "v_learner_device", "p_learner_device")
+ROLE_NAMES = ("actor", "v_learner", "p_learner")  # PQL's roles, placed by runtime.<role>_device
+ROLE_DEVICE_KEYS = tuple(f"{name}_device" for name in ROLE_NAMES)
 
 
 def _resolve_device(value: str, key: str = "runtime.device") -> str:

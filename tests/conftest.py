@@ -12,7 +12,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pql.config import Config, load_config, register_configs
+from pql.config import Config, apply_device_defaults, load_config, register_configs
+from pql.runtime.distributed import Replicas
+from pql.runtime.settings import RunSettings, run_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,6 +31,12 @@ def compose_config(overrides: list[str], run_dir) -> Config:
     GlobalHydra.instance().clear()
     raw["run_dir"] = str(run_dir)
     return load_config(raw)
+
+
+def settings_of(cfg: Config) -> RunSettings:
+    """The settings a run of cfg builds, its devices resolved as train does (without the settings line)."""
+    device = apply_device_defaults(cfg, announce=False)
+    return run_settings(cfg, device, Replicas())
 
 
 @pytest.fixture

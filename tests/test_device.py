@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import settings_of
 from test_runtime import SMALL
 
 from pql.checkpoint import load_checkpoint, save_checkpoint
@@ -16,7 +17,7 @@ from pql.runtime import train
 from pql.runtime.control import RatioController, RatioCounters
 from pql.runtime.off_policy.learners import compile_update
 from pql.runtime.off_policy.precision import InferenceCopy, _bf16_copy
-from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_device
+from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 from pql.runtime.shared import Wakeup
 from pql.runtime.waiting import StallError, Waiter
 
@@ -79,7 +80,8 @@ def test_roles_are_placed_on_their_devices(make_config, fake_cuda):
         "cuda:1",
         "cuda:1",
     )
-    assert [str(role_device(cfg, n)) for n in ("actor", "v_learner", "p_learner")] == ["cuda:0", "cuda:1", "cuda:1"]
+    roles = settings_of(cfg).runner
+    assert [str(roles.role(n).device) for n in ("actor", "v_learner", "p_learner")] == ["cuda:0", "cuda:1", "cuda:1"]
     cfg = make_config(["runtime.device=cuda:1"])
     apply_device_defaults(cfg)
     assert {cfg.runtime.actor_device, cfg.runtime.v_learner_device, cfg.runtime.p_learner_device} == {"cuda:1"}
@@ -170,16 +172,16 @@ def test_compiled_updates_match_eager_ones(make_config):
     ones (target smoothing off: the two draw their noise from different generators)."""
     cfg = make_config(SMALL + ["runtime.device=cpu", "algo.target_noise=0"])
     apply_device_defaults(cfg)
-    algo = make_rules(cfg, 4, 1)
+    rules = make_rules(cfg.algo, 4, 1)
     torch.manual_seed(0)
-    critic, target, policy = algo.make_critic(), algo.make_critic(), algo.make_policy()
+    critic, target, policy = rules.make_critic(), rules.make_critic(), rules.make_policy()
     batch, weights = _critic_batch(), torch.ones(64)
 
     def critic_loss(b, w):
-        return algo.critic_loss(critic, target, policy, b, w)
+        return rules.critic_loss(critic, target, policy, b, w)
 
     def policy_loss(obs):
-        return algo.policy_loss(policy, critic, obs)
+        return rules.policy_loss(policy, critic, obs)
 
     results = []
     for enabled in (False, True):
@@ -230,7 +232,7 @@ def test_a_compiled_run_trains_and_resumes(make_config, tmp_path):
 
 def test_bf16_actor_copy_is_made_once_and_refreshed_in_place(make_config):
     cfg = make_config(SMALL)
-    policy = make_rules(cfg, 4, 1).make_policy()
+    policy = make_rules(cfg.algo, 4, 1).make_policy()
     acting = InferenceCopy(policy, "bf16")
     module = acting.module
     with torch.no_grad():
@@ -247,14 +249,14 @@ def test_role_state_loads_from_a_cpu_checkpoint(make_config, tmp_path):
     """Checkpoints load on the CPU whatever the run's device: RNG states must reach
     Generator.set_state as CPU byte tensors, and each role moves the rest onto its device."""
     cfg = make_config(SMALL + ["runtime.mode=sequential"])
-    device = apply_device_defaults(cfg)
-    algo = make_rules(cfg, 4, 1)
+    settings = settings_of(cfg).runner
+    rules = make_rules(settings.algo, 4, 1)
 
     def roles():
-        shared = make_shared(cfg, algo, 4, 1)
-        ratios = make_ratios(cfg, shared)
+        shared = make_shared(settings, rules, 4, 1)
+        ratios = make_ratios(settings.ratios, shared)
         return {
-            name: build_role(name, cfg, shared, algo, device, ratios, 4, 1, fresh_start=True)
+            name: build_role(name, settings, shared, rules, ratios, 4, 1, fresh_start=True)
             for name in ("actor", "v_learner", "p_learner")
         }
 

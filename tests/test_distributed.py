@@ -15,6 +15,7 @@ from pql.checkpoint import save_checkpoint
 from pql.config import ConfigError, apply_device_defaults
 from pql.nets import ObsNormalizer
 from pql.runtime.run import load_resume
+from pql.runtime.settings import resume_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "replica_probe.py")
@@ -236,6 +237,6 @@ def test_a_checkpoint_resumes_on_as_many_replicas(make_config, tmp_path):
     path = tmp_path / "checkpoint.pt"
     save_checkpoint(path, {"algo": "pql", "task": "InvertedPendulum", "replicas": 2})
     cfg = make_config(["task=InvertedPendulum", f"checkpoint={path}"])
-    assert load_resume(cfg, 2)["replicas"] == 2
+    assert load_resume(resume_settings(cfg), 2)["replicas"] == 2
     with pytest.raises(ConfigError, match="written by 2; resume it with as many"):
-        load_resume(cfg, 1)
+        load_resume(resume_settings(cfg), 1)

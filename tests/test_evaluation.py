@@ -15,6 +15,7 @@ from pql.evaluate import evaluate
 from pql.runtime import evaluation as evaluation_module
 from pql.runtime.evaluation import Evaluator
 from pql.runtime.run import Monitor
+from pql.runtime.settings import MonitorSettings
 
 
 class Episodes:
@@ -166,18 +167,20 @@ class Logged:
 
 
 def monitor(share: float, background: bool, eval_s: float = 0.05) -> tuple[Monitor, Logged]:
-    runtime = types.SimpleNamespace(
+    settings = MonitorSettings(
         eval_every=1,
+        eval_max_share=share,
         checkpoint_every=10**12,
         log_every_s=10**6,
         max_time_s=None,
         stop_at_return=None,
-        eval_max_share=share,
+        run_dir="unused",
+        header={},
     )
     logger = Logged()
     board = types.SimpleNamespace(read=lambda: {})
     env = Episodes([2], max_episode_steps=2, delay_s=eval_s / 2)
-    mon = Monitor(types.SimpleNamespace(runtime=runtime), OneRoleRunner(background), env, logger, board)
+    mon = Monitor(settings, OneRoleRunner(background), env, logger, board)
     mon.save_checkpoint = lambda path: {}
     mon.checkpoint_path = lambda: "unused"
     return mon, logger

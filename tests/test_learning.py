@@ -11,7 +11,7 @@ from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
 from pql.nets import ObsNormalizer
 from pql.runtime import train
 from pql.runtime.off_policy.roles import make_rules
-from pql.runtime.run import EVAL_SEED_OFFSET
+from pql.runtime.settings import EVAL_SEED_OFFSET
 
 # runtime.eval_max_share=1: an evaluation every eval_every env steps, however long it takes, so
 # that a run stops at the first that solves it (the default spacing by time would let it go on).
@@ -151,7 +151,7 @@ def test_ant_learns_to_walk(make_config, tmp_path):
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert state["counters"]["env_steps"] >= ANT_ENV_STEPS, state["counters"]
     env = build_env(cfg.task, cfg.task.eval_envs, "cpu", cfg.runtime.seed + EVAL_SEED_OFFSET)
-    policy = make_rules(cfg, env.obs_dim, env.act_dim).make_policy()
+    policy = make_rules(cfg.algo, env.obs_dim, env.act_dim).make_policy()
     policy.load_state_dict(state["policy"])
     normalizer = ObsNormalizer(env.obs_dim)
     normalizer.load_state_dict(state["normalizer"])

@@ -12,7 +12,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from conftest import alive, running, started_roles
+from conftest import alive, running, settings_of, started_roles
 
 from pql import __version__
 from pql.checkpoint import load_checkpoint
@@ -29,7 +29,7 @@ from pql.runtime import train
 from pql.runtime.control import RatioController, RatioCounters
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 from pql.runtime.off_policy.runner import OffPolicyRunner
-from pql.runtime.run import EVAL_SEED_OFFSET
+from pql.runtime.settings import EVAL_SEED_OFFSET
 from pql.runtime.shared import RunCounters, RunStats, Wakeup, make_shared_state
 from pql.runtime.supervisor import role_process
 from pql.runtime.weight_sync import SharedWeights
@@ -435,13 +435,11 @@ def test_warmup_can_be_zero(make_config, tmp_path):
 def actor_and_v_learner(cfg):
     """The shared state and the actor and V-learner of InvertedPendulum (obs 4, action 1), in this
     process, to step by hand."""
-    from pql.config import apply_device_defaults
-
-    device = apply_device_defaults(cfg)
-    algo = make_rules(cfg, 4, 1)
-    shared = make_shared(cfg, algo, 4, 1)
+    settings = settings_of(cfg).runner
+    rules = make_rules(settings.algo, 4, 1)
+    shared = make_shared(settings, rules, 4, 1)
     roles = {
-        name: build_role(name, cfg, shared, algo, device, make_ratios(cfg, shared), 4, 1, fresh_start=True)
+        name: build_role(name, settings, shared, rules, make_ratios(settings.ratios, shared), 4, 1, fresh_start=True)
         for name in ("actor", "v_learner")
     }
     return shared, roles
@@ -520,7 +518,7 @@ def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
     result = train(make_config(SMALL + ["test=true", f"checkpoint={ckpt}"], run_dir=tmp_path / "eval"))
     assert "mean return" in capsys.readouterr().out
     state = load_checkpoint(ckpt)
-    policy = make_rules(cfg, 4, 1).make_policy()
+    policy = make_rules(cfg.algo, 4, 1).make_policy()
     policy.load_state_dict(state["policy"])
     normalizer = ObsNormalizer(4)
     normalizer.load_state_dict(state["normalizer"])

@@ -1,3 +1,33 @@
-from pql.replay.buffer import ReplayBuffer, UniformSampler
+"""The replay: storage (`ReplayBuffer`) and the samplers that draw from it."""
 
-__all__ = ["ReplayBuffer", "UniformSampler"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from pql.replay.buffer import ReplayBuffer, UniformSampler
+from pql.replay.prioritized import PrioritizedSampler
+
+if TYPE_CHECKING:
+    from pql.config import ReplayConfig
+
+__all__ = ["PrioritizedSampler", "ReplayBuffer", "UniformSampler", "make_sampler"]
+
+
+def make_sampler(replay_cfg: ReplayConfig, capacity: int, device: torch.device) -> PrioritizedSampler | None:
+    """The sampler replay_cfg asks for (None: uniform, the buffer's own) for a replay of `capacity`."""
+    if replay_cfg.kind == "uniform":
+        return None
+    return PrioritizedSampler(
+        capacity,
+        device,
+        mode=replay_cfg.priority_mode,
+        alpha=replay_cfg.priority_alpha,
+        beta0=replay_cfg.priority_beta0,
+        beta_anneal_updates=replay_cfg.beta_anneal_updates,
+        eps=replay_cfg.priority_eps,
+        rerank_every=replay_cfg.rerank_every,
+        # On a GPU each check is a host sync per update; the CPU checks for free.
+        validate=torch.device(device).type == "cpu",
+    )

@@ -34,7 +34,7 @@ class RatioCounters(RunCounters):
     warmup_steps             actor steps of warm-up in this launch, not counted in the ratios (main)
     """
 
-    slots = (
+    entries = (
         "actor_steps",
         "critic_updates",
         "policy_updates",
@@ -62,7 +62,7 @@ class LearnerStats(RunStats):
     batch) and policy_version_lag (versions the V-learner's policy copy is behind) from the
     V-learner; policy_loss from the P-learner."""
 
-    slots = ("critic_loss", "policy_loss", "q_mean", "policy_version_lag")
+    entries = ("critic_loss", "policy_loss", "q_mean", "policy_version_lag")
 
 
 class RatioController:

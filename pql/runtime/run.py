@@ -4,8 +4,9 @@
     → test=true: evaluate the checkpoint's policy, done
     → runner → logger → runner.run(monitor) → final evaluation and checkpoint → done line
 
-A runner supplies only what differs (see `Runner`); `Monitor` decides, for all of them, when to
-evaluate, checkpoint, log and stop. Every checkpoint has one layout:
+A runner supplies only what differs (see `pql.runtime.contracts.Runner`), built from its part of
+the run's settings (pql/runtime/settings.py, the one reader of the config below `train`);
+`Monitor` decides, for all of them, when to evaluate, checkpoint, log and stop. Every checkpoint has one layout:
 
     {"algo": name, "task": name, "config": the resolved config, "counters": {name: int},
      "rng": this process's RNG streams, "policy": state_dict, "normalizer": state_dict,
@@ -28,7 +29,6 @@ import os
 import signal
 import sys
 import time
-from typing import Protocol
 
 import torch
 from torch import nn
@@ -41,11 +41,12 @@ from pql.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from pql.config import ALGORITHMS, ConfigError, apply_device_defaults, to_dict
+from pql.config import ConfigError, apply_device_defaults
 from pql.envs import build_env
 from pql.evaluate import evaluate
-from pql.logging import RunLogger, WandbSettings
+from pql.logging import RunLogger
 from pql.nets import ObsNormalizer
+from pql.runtime.contracts import Runner
 from pql.runtime.device import use_device
 from pql.runtime.distributed import (
     CAUSE_WAIT_S,
@@ -59,9 +60,7 @@ from pql.runtime.distributed import (
 )
 from pql.runtime.divergence import check_state
 from pql.runtime.evaluation import EvalResult, Evaluator
-from pql.runtime.supervisor import threads_per_process
-
-EVAL_SEED_OFFSET = 10_000  # evaluation envs draw other initial states than the training envs
+from pql.runtime.settings import MonitorSettings, ResumeSettings, RunSettings, load_runner, run_settings
 
 
 class Terminated(KeyboardInterrupt):
@@ -92,41 +91,6 @@ def _sigterm_as_interrupt():
             signal.signal(s, handler)
 
 
-class Runner(Protocol):
-    """What a runner supplies to `train`: `__init__(cfg, device, obs_dim, act_dim, resume)` builds
-    its roles, restored from `resume` (the checkpoint's state, or None), and these."""
-
-    trains_elsewhere: bool
-    """Whether run() leaves the main thread free, its roles training in processes of their own:
-    evaluations then run on a thread beside it instead of in turn with training."""
-
-    @staticmethod
-    def make_policy(cfg, obs_dim: int, act_dim: int) -> nn.Module:
-        """An untrained policy module of this algorithm (test=true loads the checkpoint's into it)."""
-
-    def run(self, monitor: Monitor) -> None:
-        """Train until the env-step budget is spent or monitor.should_stop(), calling
-        monitor.tick() as it goes and monitor.tick(final=True) last, while the roles still run."""
-
-    def counts(self) -> dict:
-        """{"env_steps": n, role: updates of that role, ...}, for the rates."""
-
-    def scalars(self) -> dict:
-        """The latest losses and training-episode statistics."""
-
-    def policy_version(self) -> int:
-        """The version of the newest policy (0: none made yet, nothing to evaluate)."""
-
-    def latest_policy(self) -> tuple:
-        """(policy module, normalizer, version) of the newest policy, for evaluation."""
-
-    def checkpoint(self) -> dict:
-        """{"counters", "policy", "normalizer", "roles"} of the checkpoint layout above."""
-
-    def close(self) -> None:
-        """Release what run() started (processes, envs); called however the run ends."""
-
-
 def train(cfg) -> dict:
     """Train (or, with cfg.test, evaluate cfg.checkpoint) with the runner of cfg.algo.
     -> the final scalars ("eval/return" included)."""
@@ -154,41 +118,49 @@ def train(cfg) -> dict:
 
 
 def _train(cfg, replicas: Replicas) -> dict:
-    runner_cls = ALGORITHMS[cfg.algo.name].load_runner()
     device = use_device(
         apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world)
     )  # prints the settings line
-    if cfg.runtime.torch_threads or replicas.local_world > 1:
-        torch.set_num_threads(threads_per_process(cfg, 1))
-    torch.manual_seed(replicas.seed(cfg.runtime.seed))
-    eval_env = build_env(
-        cfg.task, cfg.task.eval_envs if replicas.lead else 1, device, cfg.runtime.seed + EVAL_SEED_OFFSET
-    )
+    return _run(run_settings(cfg, device, replicas), replicas)
+
+
+def _run(settings: RunSettings, replicas: Replicas) -> dict:
+    device = settings.device
+    if settings.threads.fixed or replicas.local_world > 1:
+        torch.set_num_threads(settings.threads.per_process(1))
+    torch.manual_seed(settings.seed)
+    envs = settings.eval_envs
+    eval_env = build_env(envs.task, envs.num_envs, device, envs.seed)
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim
-    resume = load_resume(cfg, replicas.world)
-    if cfg.test:
-        return evaluate_checkpoint(cfg, eval_env, resume, device)
-    runner = runner_cls(cfg, device, obs_dim, act_dim, resume)
+    resume = load_resume(settings.resume, replicas.world)
+    runner_cls = load_runner(settings.algo)
+    if settings.resume.test:
+        return evaluate_checkpoint(settings, runner_cls, eval_env, resume)
+    runner: Runner = runner_cls(settings.runner, device, obs_dim, act_dim, resume)
     if resume is not None:
         set_rng_state(resume["rng"])  # after the networks are built: building them draws from it
         print(
-            f"pql: resuming from {cfg.checkpoint} at {resume['counters']['env_steps'] * replicas.world:,} env steps",
+            f"pql: resuming from {settings.resume.checkpoint} at "
+            f"{resume['counters']['env_steps'] * replicas.world:,} env steps",
             flush=True,
         )
+    log = settings.logger
     logger = (
         RunLogger(
-            cfg.run_dir,
-            to_dict(cfg),
-            cfg.runtime.max_env_steps,
-            wandb=WandbSettings(**vars(cfg.wandb)) if cfg.wandb.activate else None,
-            progress_every_s=cfg.runtime.log_every_s,
-            max_time_s=cfg.runtime.max_time_s,
+            log.run_dir,
+            log.config,
+            log.max_env_steps,
+            wandb=log.wandb,
+            progress_every_s=log.progress_every_s,
+            max_time_s=log.max_time_s,
             start_env_steps=runner.counts()["env_steps"],
         )
         if replicas.lead
         else None
     )
-    monitor = Monitor(cfg, runner, eval_env, logger, RankBoard(replicas, cfg.runtime.stall_timeout_s))
+    monitor = Monitor(
+        settings.monitor, runner, eval_env, logger, RankBoard(replicas, settings.runner.process.waits.stall_s)
+    )
     try:
         runner.run(monitor)
     except KeyboardInterrupt:
@@ -202,23 +174,25 @@ def _train(cfg, replicas: Replicas) -> dict:
     return monitor.report_done()
 
 
-def load_resume(cfg, replicas: int = 1) -> dict | None:
-    """The state of cfg.checkpoint (None without one). A checkpoint resumes only the algorithm
-    and task that wrote it, on as many replicas: anything else is a config error, before a
-    network is built."""
-    if not cfg.checkpoint:
+def load_resume(resume: ResumeSettings, replicas: int = 1) -> dict | None:
+    """The state of the checkpoint to resume (None without one). A checkpoint resumes only the
+    algorithm and task that wrote it, on as many replicas: anything else is a config error, before
+    a network is built."""
+    if not resume.checkpoint:
         return None
-    state = load_checkpoint(cfg.checkpoint)
-    for key, current in (("algo", cfg.algo.name), ("task", cfg.task.name)):
+    state = load_checkpoint(resume.checkpoint)
+    for key, current in (("algo", resume.algo), ("task", resume.task)):
         if state[key] != current:
             raise ConfigError(
-                key, current, f"{state[key]}: {cfg.checkpoint} was written by algo={state['algo']} task={state['task']}"
+                key,
+                current,
+                f"{state[key]}: {resume.checkpoint} was written by algo={state['algo']} task={state['task']}",
             )
     written_by = state.get("replicas", 1)
     if written_by != replicas:
         raise ConfigError(
             "checkpoint",
-            cfg.checkpoint,
+            resume.checkpoint,
             f"a checkpoint of {replicas} replica(s): this one was "
             f"written by {written_by}; resume it with as many "
             f"(torchrun --nproc_per_node × --nnodes = {written_by})",
@@ -226,21 +200,26 @@ def load_resume(cfg, replicas: int = 1) -> dict | None:
     return state
 
 
-def checkpoint_policy(cfg, state: dict, obs_dim: int, act_dim: int, device) -> tuple[nn.Module, ObsNormalizer]:
-    """The policy a checkpoint delivers and its observation normaliser, on device."""
-    policy = ALGORITHMS[cfg.algo.name].load_runner().make_policy(cfg, obs_dim, act_dim).to(device)
+def checkpoint_policy(
+    runner_cls, algo, state: dict, obs_dim: int, act_dim: int, device
+) -> tuple[nn.Module, ObsNormalizer]:
+    """The policy a checkpoint delivers (a policy of `runner_cls` for its algorithm's section
+    `algo`) and its observation normaliser, on device."""
+    policy = runner_cls.make_policy(algo, obs_dim, act_dim).to(device)
     policy.load_state_dict(state["policy"])
     normalizer = ObsNormalizer(obs_dim).to(device)
     normalizer.load_state_dict(state["normalizer"])
     return policy, normalizer
 
 
-def evaluate_checkpoint(cfg, eval_env, state: dict, device) -> dict:
+def evaluate_checkpoint(settings: RunSettings, runner_cls, eval_env, state: dict) -> dict:
     """test=true: evaluate the checkpoint's policy and print what it scored. -> the eval scalars."""
-    policy, normalizer = checkpoint_policy(cfg, state, eval_env.obs_dim, eval_env.act_dim, device)
+    policy, normalizer = checkpoint_policy(
+        runner_cls, settings.runner.algo, state, eval_env.obs_dim, eval_env.act_dim, settings.device
+    )
     ret, length = evaluate(eval_env, policy, normalizer)
     print(
-        f"pql: evaluated {cfg.checkpoint} on {cfg.task.eval_envs} {cfg.task.name} envs: "
+        f"pql: evaluated {settings.resume.checkpoint} on {settings.eval_envs.num_envs} {settings.resume.task} envs: "
         f"mean return {ret:.2f}, mean length {length:.1f}",
         flush=True,
     )
@@ -259,8 +238,8 @@ class Monitor:
     ticks (pql.runtime.evaluation.Evaluator) and is logged when it ends, so that the logs stay one
     timeline; `eval/env_steps` holds the env steps its policy was taken at."""
 
-    def __init__(self, cfg, runner: Runner, eval_env, logger: RunLogger | None, board: RankBoard):
-        self.cfg, self.runner, self.logger, self.board = cfg, runner, logger, board
+    def __init__(self, settings: MonitorSettings, runner: Runner, eval_env, logger: RunLogger | None, board: RankBoard):
+        self.settings, self.runner, self.logger, self.board = settings, runner, logger, board
         self.evaluator = Evaluator(eval_env, eval_env.device, runner.trains_elsewhere) if logger else None
         self.start = time.monotonic()
         self.solved = False
@@ -268,8 +247,8 @@ class Monitor:
         self.eval_seconds = 0.0  # the wall time of every evaluation so far
         self.longest_eval_s = 0.0
         counts = runner.counts()
-        self.next_eval = counts["env_steps"] + cfg.runtime.eval_every
-        self.next_checkpoint = counts["env_steps"] + cfg.runtime.checkpoint_every
+        self.next_eval = counts["env_steps"] + settings.eval_every
+        self.next_checkpoint = counts["env_steps"] + settings.checkpoint_every
         self.last_counts, self.last_log_time = counts, self.start
         self.latest: dict = {}  # the latest value of every scalar logged: the run's result
 
@@ -277,7 +256,7 @@ class Monitor:
         return time.monotonic() - self.start
 
     def should_stop(self) -> bool:
-        limit = self.cfg.runtime.max_time_s
+        limit = self.settings.max_time_s
         return self.solved or (limit is not None and self.elapsed() >= limit)
 
     def tick(self, final: bool = False) -> None:
@@ -291,7 +270,7 @@ class Monitor:
             return
         self._evaluations(env_steps, final)
         if env_steps >= self.next_checkpoint or final:
-            self.next_checkpoint = env_steps + self.cfg.runtime.checkpoint_every
+            self.next_checkpoint = env_steps + self.settings.checkpoint_every
             try:
                 self.save_checkpoint(self.checkpoint_path())
             except CheckpointWriteError as e:
@@ -300,7 +279,7 @@ class Monitor:
                 # The disk may have room again by the next one; the previous checkpoint is whole.
                 print(f"pql: warning: {e}; training goes on", file=sys.stderr, flush=True)
         now = time.monotonic()
-        if now - self.last_log_time >= self.cfg.runtime.log_every_s or final:
+        if now - self.last_log_time >= self.settings.log_every_s or final:
             # Counted again, with the clock: the roles ran on through an evaluation made above, so
             # the counts read before it would make the rates wrong.
             counts = self.runner.counts()
@@ -335,7 +314,7 @@ class Monitor:
             and not self._eval_would_overrun()
         ):
             self._start_evaluation(env_steps)
-            self.next_eval = env_steps + self.cfg.runtime.eval_every
+            self.next_eval = env_steps + self.settings.eval_every
             if not evaluator.background:
                 self._take(evaluator.poll(), env_steps)
 
@@ -348,7 +327,7 @@ class Monitor:
         """Whether one more evaluation, and the final one after it, each as long as the longest so
         far, would keep every evaluation of the run within runtime.eval_max_share of its wall time
         (1: no bound). The first one, of unknown length, always may; the bound holds by the end."""
-        share, longest = self.cfg.runtime.eval_max_share, self.longest_eval_s
+        share, longest = self.settings.eval_max_share, self.longest_eval_s
         return share >= 1 or self.eval_seconds + 2 * longest <= share * (self.elapsed() + longest)
 
     def _take(self, result: EvalResult | None, env_steps: int) -> None:
@@ -358,7 +337,7 @@ class Monitor:
         self.last_eval_version = result.policy_version
         self.eval_seconds += result.seconds
         self.longest_eval_s = max(self.longest_eval_s, result.seconds)
-        target = self.cfg.runtime.stop_at_return
+        target = self.settings.stop_at_return
         if target is not None and result.mean_return >= target:
             self.solved = True
         self._log(
@@ -377,12 +356,12 @@ class Monitor:
         """Whether an evaluation now, as long as the last one, would end past runtime.max_time_s.
         The final evaluation follows the limit anyway: one started just before it only delays
         the end."""
-        limit = self.cfg.runtime.max_time_s
+        limit = self.settings.max_time_s
         return limit is not None and self.elapsed() + self.latest.get("time/eval_s", 0.0) > limit
 
     def _post(self, counts: dict, final: bool) -> None:
         now = time.monotonic()
-        if now - self.last_log_time >= self.cfg.runtime.log_every_s or final:
+        if now - self.last_log_time >= self.settings.log_every_s or final:
             self.last_counts, self.last_log_time = counts, now
             self.board.post({k: v for k, v in self.runner.scalars().items() if k.startswith("ratio/")})
 
@@ -398,20 +377,17 @@ class Monitor:
                 self.evaluator.wait()
 
     def checkpoint_path(self) -> str:
-        return os.path.join(self.cfg.run_dir, "checkpoint.pt")
+        return os.path.join(self.settings.run_dir, "checkpoint.pt")
 
     def save_checkpoint(self, path: str) -> dict:
         """Write the run's state to `path`, unless it holds nan or inf (Diverged: the checkpoint
         already there stays the last good one). -> the counters written."""
-        cfg = self.cfg
         state = self.runner.checkpoint()
         check_state(state)
         save_checkpoint(
             path,
             {
-                "algo": cfg.algo.name,
-                "task": cfg.task.name,
-                "config": to_dict(cfg),
+                **self.settings.header,
                 "replicas": self.board.replicas.world,
                 "rng": rng_state(),
                 **state,
@@ -440,7 +416,7 @@ class Monitor:
             f"pql: done: {self.last_counts['env_steps']:,} env steps in {elapsed:.0f}s, "
             f"eval return {self.latest.get('eval/return', float('nan')):.2f} (evaluating took "
             f"{self.eval_seconds:.0f}s, {self.eval_seconds / max(elapsed, 1e-9):.0%} of the run); "
-            f"run dir {self.cfg.run_dir}",
+            f"run dir {self.settings.run_dir}",
             flush=True,
         )
         return self.latest

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import torch
 
 
-class _Slot:
+class _Entry:
     """One named value of a `SharedValues` tensor: `counters.env_steps += n` reads and writes
-    shared memory. Each slot has one writer, so a read-modify-write needs no lock."""
+    shared memory. Each entry has one writer, so a read-modify-write needs no lock."""
 
     def __init__(self, index: int):
         self.index = index
@@ -25,25 +25,25 @@ class _Slot:
 
 
 class SharedValues:
-    """A small tensor in shared memory whose entries are named by `slots` (a subclass's slots
+    """A small tensor in shared memory whose entries are named by `entries` (a subclass's entries
     follow its bases'). dtype: int64 for counters, float64 for statistics."""
 
     dtype = torch.int64
-    slots: tuple = ()
+    entries: tuple = ()
     index: dict[str, int] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        names = [name for klass in reversed(cls.__mro__) for name in vars(klass).get("slots", ())]
+        names = [name for klass in reversed(cls.__mro__) for name in vars(klass).get("entries", ())]
         cls.index = {name: i for i, name in enumerate(names)}
         for name, i in cls.index.items():
-            setattr(cls, name, _Slot(i))
+            setattr(cls, name, _Entry(i))
 
     def __init__(self):
         self.tensor = torch.zeros(len(self.index), dtype=self.dtype).share_memory_()
 
     def as_dict(self, names=None) -> dict:
-        """{slot: value} of `names` (default: every slot), as plain numbers."""
+        """{entry: value} of `names` (default: every entry), as plain numbers."""
         values = self.tensor.tolist()
         return {name: values[i] for name, i in self.index.items() if names is None or name in names}
 
@@ -66,7 +66,7 @@ class RunCounters(SharedValues):
     whose change is progress for the stall check (`progress`, see waiting.Waiter).
     """
 
-    slots = ("stop", "checkpoint_request", "finish", "env_steps", "episodes", "actor_done")
+    entries = ("stop", "checkpoint_request", "finish", "env_steps", "episodes", "actor_done")
     persistent = ("env_steps", "episodes")
     progress = ()
 
@@ -76,7 +76,7 @@ class RunStats(SharedValues):
     their losses."""
 
     dtype = torch.float64
-    slots = ("train_return", "train_length")
+    entries = ("train_return", "train_length")
 
 
 @dataclass
@@ -101,9 +101,9 @@ class SharedState:
     def ring_slots(self) -> int:
         return next(iter(self.ring.values())).shape[0]
 
-    def add(self, slot: str, by: int = 1) -> None:
-        """Count work done (slot: a counter this role writes) and wake the roles waiting on it."""
-        setattr(self.counters, slot, getattr(self.counters, slot) + by)
+    def add(self, counter: str, by: int = 1) -> None:
+        """Count work done (`counter`: one this role writes) and wake the roles waiting on it."""
+        setattr(self.counters, counter, getattr(self.counters, counter) + by)
         self.wake()
 
     def wake(self) -> None:

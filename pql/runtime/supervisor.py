@@ -20,8 +20,8 @@ import traceback
 import torch
 
 from pql.checkpoint import STOP_SIGNALS
-from pql.logging.console_log import TRAIN_LOG, console_log
-from pql.runtime.distributed import ReplicaLost, Replicas
+from pql.logging.console_log import console_log
+from pql.runtime.distributed import ReplicaLost
 from pql.runtime.divergence import Diverged
 from pql.runtime.shared import SharedState
 
@@ -31,17 +31,6 @@ STOP_GRACE_S = 3.0
 
 class RoleFailure(RuntimeError):
     """A role raised or died; str() names the role and the cause."""
-
-
-def threads_per_process(cfg, processes: int) -> int:
-    """Torch threads for each of `processes` busy processes of a replica: runtime.torch_threads,
-    or on a CPU the cores shared out among them and the replicas on this machine (on a GPU the
-    work is the device's; one thread)."""
-    if cfg.runtime.torch_threads:
-        return cfg.runtime.torch_threads
-    if cfg.runtime.device != "cpu":
-        return 1
-    return max(1, (os.cpu_count() or 1) // (processes * Replicas.from_env().local_world))
 
 
 def _prepare_role_process(name: str) -> None:
@@ -82,11 +71,6 @@ def role_process(name: str, shared: SharedState, threads: int, log_path: str | N
         os._exit(1)
     shared.release()
     gc.collect()  # the role's objects refer to each other
-
-
-def role_log_path(cfg) -> str | None:
-    """Where a role process copies what it prints: the run's train.log (rank 0 only)."""
-    return os.path.join(cfg.run_dir, TRAIN_LOG) if Replicas.from_env().lead else None
 
 
 def hand_in(shared: SharedState, request: int, name: str, state: dict) -> None:

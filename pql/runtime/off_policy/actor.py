@@ -9,13 +9,15 @@ import torch
 
 from pql.envs import build_env, to_env_action
 from pql.nets import ObsNormalizer
-from pql.replay.nstep import NStepWindow, keeps_first_step
+from pql.replay.nstep import NStepWindow
+from pql.runtime.contracts import CRITIC, NORMALIZER, POLICY
 from pql.runtime.control import RatioController
 from pql.runtime.device import InFlight
 from pql.runtime.distributed import FINISH_CHECK_EVERY, ReplicaGroup
 from pql.runtime.divergence import finite_actions
 from pql.runtime.episodes import EpisodeStats
 from pql.runtime.off_policy.precision import InferenceCopy
+from pql.runtime.settings import ActorSettings
 from pql.runtime.shared import SharedState
 from pql.runtime.weight_sync import WeightsReader
 
@@ -26,34 +28,30 @@ class Actor:
     name = "actor"
 
     def __init__(
-        self, cfg, shared: SharedState, algo, device, ratios: RatioController, fresh_start: bool, group: ReplicaGroup
+        self,
+        settings: ActorSettings,
+        shared: SharedState,
+        rules,
+        ratios: RatioController,
+        fresh_start: bool,
+        group: ReplicaGroup,
     ):
-        self.cfg, self.shared, self.algo, self.device, self.ratios, self.group = (
-            cfg,
-            shared,
-            algo,
-            device,
-            ratios,
-            group,
-        )
-        seed = group.replicas.seed(cfg.runtime.seed)
-        self.env = build_env(cfg.task, cfg.task.num_envs, device, seed)
-        self.policy = algo.make_policy().to(device)
-        self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
-        self.acting = InferenceCopy(self.policy, cfg.actor.precision)
+        self.settings, self.shared, self.rules, self.ratios, self.group = settings, shared, rules, ratios, group
+        self.device = device = settings.device
+        envs = settings.envs
+        self.env = build_env(envs.task, envs.num_envs, device, envs.seed)
+        self.policy = rules.make_policy().to(device)
+        self.policy_reader = WeightsReader(shared.weights[POLICY], self.policy)
+        self.acting = InferenceCopy(self.policy, settings.precision)
         self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
-        self.noise_std = algo.exploration_noise(self.env.num_envs, device)
-        self.window = NStepWindow(
-            cfg.algo.nstep,
-            cfg.algo.gamma,
-            cfg.replay.priority_eta if cfg.replay.actor_priorities else None,
-            keeps_first_step(cfg.algo),
-        )
+        self.noise_std = rules.exploration_noise(self.env.num_envs, device)
+        self.window = NStepWindow(settings.nstep, settings.gamma, settings.priority_eta, settings.keeps_first_step)
         # Ape-X: with replay.actor_priorities the actor keeps a critic copy to prioritise its data.
-        self.critic = algo.make_critic().to(device).requires_grad_(False) if cfg.replay.actor_priorities else None
-        self.critic_reader = None if self.critic is None else WeightsReader(shared.weights["critic"], self.critic)
+        prioritises = settings.priority_eta is not None
+        self.critic = rules.make_critic().to(device).requires_grad_(False) if prioritises else None
+        self.critic_reader = None if self.critic is None else WeightsReader(shared.weights[CRITIC], self.critic)
         self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
-        self.generator = torch.Generator(device=device).manual_seed(seed + 1)
+        self.generator = torch.Generator(device=device).manual_seed(settings.envs.seed + 1)
         self.obs = self.env.reset()
         self.episodes = EpisodeStats(self.env.num_envs, device, shared.counters.episodes)
         self.local_steps = 0
@@ -62,7 +60,7 @@ class Actor:
 
     def done(self) -> bool:
         return self.finished or self.group.replicas.budget_spent(
-            self.shared.counters.env_steps, self.cfg.runtime.max_env_steps
+            self.shared.counters.env_steps, self.settings.max_env_steps
         )
 
     def ready(self) -> bool:
@@ -101,9 +99,9 @@ class Actor:
             "action": action,
             "reward": reward,
             "next_obs": self.normalizer(final_obs),
-            "discount": self.cfg.algo.gamma * (~terminated).float(),
+            "discount": self.settings.gamma * (~terminated).float(),
         }
-        return self.algo.td_error(self.critic, self.critic, self.policy, batch)
+        return self.rules.td_error(self.critic, self.critic, self.policy, batch)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -112,10 +110,10 @@ class Actor:
             self.finished = True  # every replica's actor stops at this same step
             c.actor_done = 1
             return
-        if self.local_steps % self.cfg.runtime.actor_pull_every == 0:
+        if self.local_steps % self.settings.pull_every == 0:
             self._pull_weights()
         self.group.update_normalizer(self.normalizer, self.obs)
-        self.shared.weights["normalizer"].publish(self.normalizer)
+        self.shared.weights[NORMALIZER].publish(self.normalizer)
         staged = self._staged()
         warming = staged - c.launch_actor_steps < c.warmup_steps
         if warming and self.random_warmup:
@@ -123,15 +121,15 @@ class Actor:
                 torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
             )
         else:
-            action = self.algo.explore(self.acting.module, self.normalizer(self.obs), self.noise_std)
+            action = self.rules.explore(self.acting.module, self.normalizer(self.obs), self.noise_std)
         with finite_actions(self.name, f"actor step {c.actor_steps:,}"):
             next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
         c.env_steps += self.env.num_envs
         self.episodes.track(reward, terminated | truncated)
         if self.local_steps % EPISODE_REPORT_EVERY == 0:
             self.episodes.report(self.shared)
-        if self.cfg.algo.reward_scale != 1.0:
-            reward = reward * self.cfg.algo.reward_scale  # what the critic learns; the episodes above keep the env's
+        if self.settings.reward_scale != 1.0:
+            reward = reward * self.settings.reward_scale  # what the critic learns; the episodes above keep the env's
         td_abs = None if self.critic is None else self._td_abs(self.obs, action, reward, terminated, info["final_obs"])
         transition = self.window.push(self.obs, action, reward, terminated, truncated, info["final_obs"], td_abs)
         self.obs = next_obs
@@ -156,5 +154,5 @@ class Actor:
         self.policy.load_state_dict(state["policy"])
         self.acting.refresh()
         self.normalizer.load_state_dict(state["normalizer"])
-        self.shared.weights["normalizer"].publish(self.normalizer, wait=True)  # the learners' statistics too
+        self.shared.weights[NORMALIZER].publish(self.normalizer, wait=True)  # the learners' statistics too
         self.generator.set_state(state["generator"])

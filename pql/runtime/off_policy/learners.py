@@ -12,36 +12,18 @@ import torch
 
 from pql.algos.common import Checkpointable, SoftUpdate, adam
 from pql.nets import ObsNormalizer
-from pql.replay import ReplayBuffer
-from pql.replay.nstep import keeps_first_step, transition_spec
+from pql.replay import ReplayBuffer, make_sampler
+from pql.replay.nstep import transition_spec
+from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY
 from pql.runtime.control import RatioController
 from pql.runtime.device import InFlight, host_values
 from pql.runtime.distributed import ReplicaGroup
 from pql.runtime.divergence import check_values
+from pql.runtime.settings import LearnerSettings, PLearnerSettings, VLearnerSettings
 from pql.runtime.shared import SharedState
 from pql.runtime.weight_sync import WeightsReader
 
-DELIVERED = "delivered"  # the P-learner's average policy (algo.policy_average), in shared.weights too
 LOSS_REPORT_EVERY = 50  # updates between reports of the losses (a host sync on CUDA)
-
-
-def make_sampler(replay_cfg, capacity: int, device):
-    if replay_cfg.kind == "uniform":
-        return None
-    from pql.replay.prioritized import PrioritizedSampler
-
-    return PrioritizedSampler(
-        capacity,
-        device,
-        mode=replay_cfg.priority_mode,
-        alpha=replay_cfg.priority_alpha,
-        beta0=replay_cfg.priority_beta0,
-        beta_anneal_updates=replay_cfg.beta_anneal_updates,
-        eps=replay_cfg.priority_eps,
-        rerank_every=replay_cfg.rerank_every,
-        # On a GPU each check is a host sync per update; the CPU checks for free.
-        validate=torch.device(device).type == "cpu",
-    )
 
 
 def compile_update(fn, enabled: bool, device: torch.device):
@@ -66,8 +48,8 @@ class _Learner(Checkpointable):
     of the networks this learner owns (`publishes`, each under its attribute's name in
     shared.weights) so that every copy starts from them."""
 
-    consumed_slot: str  # the counter of staged batches this learner has copied
-    counts: str  # the counter of this learner's updates
+    consumed_counter: str  # the counter of staged batches this learner has copied
+    update_counter: str  # the counter of this learner's updates
     fields: tuple
     publishes: tuple[str, ...]
     publish_every: int
@@ -75,10 +57,9 @@ class _Learner(Checkpointable):
 
     def __init__(
         self,
-        cfg,
+        settings: LearnerSettings,
         shared: SharedState,
-        algo,
-        device,
+        rules,
         ratios: RatioController,
         obs_dim: int,
         spec: dict,
@@ -86,20 +67,15 @@ class _Learner(Checkpointable):
         seed_offset: int,
         group: ReplicaGroup,
     ):
-        self.cfg, self.shared, self.algo, self.device, self.ratios, self.group = (
-            cfg,
-            shared,
-            algo,
-            device,
-            ratios,
-            group,
-        )
-        self.generator = torch.Generator(device=device).manual_seed(group.replicas.seed(cfg.runtime.seed) + seed_offset)
-        self.replay = ReplayBuffer(cfg.replay.capacity, spec, device, sampler, self.generator)
+        self.shared, self.rules, self.ratios, self.group = shared, rules, ratios, group
+        self.device = device = settings.device
+        self.batch_size, self.publish_every = settings.batch_size, settings.publish_every
+        self.generator = torch.Generator(device=device).manual_seed(settings.seed + seed_offset)
+        self.replay = ReplayBuffer(settings.capacity, spec, device, sampler, self.generator)
         self.normalizer = ObsNormalizer(obs_dim).to(device)
-        self.normalizer_reader = WeightsReader(shared.weights["normalizer"], self.normalizer)
+        self.normalizer_reader = WeightsReader(shared.weights[NORMALIZER], self.normalizer)
         self.updates = 0
-        self.ingested = getattr(shared.counters, self.consumed_slot)  # staged batches whose copy is queued
+        self.ingested = getattr(shared.counters, self.consumed_counter)  # staged batches whose copy is queued
         self.copies = InFlight(device, wait=group.ordered)  # copies out of the ring not landed yet
 
     def idle(self) -> None:
@@ -119,7 +95,7 @@ class _Learner(Checkpointable):
             self.ingested += 1
         landed = self.copies.landed()
         if landed:
-            self.shared.add(self.consumed_slot, landed)
+            self.shared.add(self.consumed_counter, landed)
 
     def _sample(self, batch_size: int):
         self.normalizer_reader.pull()
@@ -138,7 +114,7 @@ class _Learner(Checkpointable):
                 self.shared.weights[name].publish(getattr(self, name))
         if self.updates % LOSS_REPORT_EVERY == 0:
             self._report(info)
-        self.shared.add(self.counts)
+        self.shared.add(self.update_counter)
 
     def _optimise(self, loss: torch.Tensor) -> None:
         self.optim.zero_grad(set_to_none=True)
@@ -159,42 +135,52 @@ class _Learner(Checkpointable):
 
 class VLearner(_Learner):
     name = "v_learner"
-    consumed_slot, counts = "consumed_v", "critic_updates"
-    publishes = ("critic",)
+    consumed_counter, update_counter = "consumed_v", "critic_updates"
+    publishes = (CRITIC,)
     # Not the sampler's priorities: the replay's contents are not saved, so they would be of nothing.
     state_attrs = ("critic", "target_critic", "optim")
 
-    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int, group: ReplicaGroup):
-        sampler = make_sampler(cfg.replay, cfg.replay.capacity, device)
-        spec = transition_spec(obs_dim, act_dim, keeps_first_step(cfg.algo))
+    def __init__(
+        self,
+        settings: VLearnerSettings,
+        shared: SharedState,
+        rules,
+        ratios: RatioController,
+        obs_dim: int,
+        act_dim: int,
+        group: ReplicaGroup,
+    ):
+        device = settings.device
+        sampler = make_sampler(settings.replay, settings.capacity, device)
+        spec = transition_spec(obs_dim, act_dim, settings.keeps_first_step)
         self.fields = tuple(spec)
-        super().__init__(cfg, shared, algo, device, ratios, obs_dim, spec, sampler, 2, group)
-        self.staged_priorities = cfg.replay.actor_priorities
-        self.publish_every = cfg.runtime.critic_publish_every
-        self.critic = algo.make_critic().to(device)
+        super().__init__(settings, shared, rules, ratios, obs_dim, spec, sampler, 2, group)
+        self.settings = settings
+        self.staged_priorities = settings.staged_priorities
+        self.critic = rules.make_critic().to(device)
         group.broadcast(self.critic)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.soft_update = SoftUpdate(self.target_critic, self.critic)
-        self.policy = algo.make_policy().to(device).requires_grad_(False)
-        self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
-        self.optim = adam(algo.critic_optim_params(self.critic))
+        self.policy = rules.make_policy().to(device).requires_grad_(False)
+        self.policy_reader = WeightsReader(shared.weights[POLICY], self.policy)
+        self.optim = adam(rules.critic_optim_params(self.critic))
         self.critic_loss = compile_update(
-            lambda batch, weights: algo.critic_loss(self.critic, self.target_critic, self.policy, batch, weights),
-            cfg.runtime.compile,
+            lambda batch, weights: rules.critic_loss(self.critic, self.target_critic, self.policy, batch, weights),
+            settings.compile,
             device,
         )
-        shared.weights["critic"].publish(self.critic, wait=True)
+        shared.weights[CRITIC].publish(self.critic, wait=True)
 
     def ready(self) -> bool:
         return self.ratios.critic_may_update()
 
     def _update(self) -> dict:
-        if self.updates % self.cfg.runtime.v_learner_pull_every == 0:
+        if self.updates % self.settings.pull_every == 0:
             self.policy_reader.pull()
-        batch, indices, weights = self._sample(self.cfg.algo.batch_size)
+        batch, indices, weights = self._sample(self.batch_size)
         loss, td_abs, info = self.critic_loss(batch, weights)
         self._optimise(loss)
-        self.soft_update(self.cfg.algo.tau)
+        self.soft_update(self.settings.tau)
         self.replay.update_priorities(indices, td_abs)
         return info
 
@@ -205,37 +191,43 @@ class VLearner(_Learner):
             self.name,
             {"critic loss": stats.critic_loss, "mean Q": stats.q_mean},
             f"critic update {self.updates:,}",
-            {"critic loss": self.cfg.runtime.max_critic_loss},
+            {"critic loss": self.settings.max_critic_loss},
         )
-        stats.policy_version_lag = self.shared.weights["policy"].current_version() - self.policy_reader.version
+        stats.policy_version_lag = self.shared.weights[POLICY].current_version() - self.policy_reader.version
 
 
 class PLearner(_Learner):
     name = "p_learner"
-    consumed_slot, counts = "consumed_p", "policy_updates"
+    consumed_counter, update_counter = "consumed_p", "policy_updates"
     fields = ("obs",)
-    publishes = ("policy",)
+    publishes = (POLICY,)
     state_attrs = ("policy", "optim")
 
-    def __init__(self, cfg, shared: SharedState, algo, device, ratios, obs_dim: int, act_dim: int, group: ReplicaGroup):
-        super().__init__(
-            cfg, shared, algo, device, ratios, obs_dim, {"obs": ((obs_dim,), torch.float32)}, None, 3, group
-        )
-        self.publish_every = cfg.runtime.policy_publish_every
-        self.policy = algo.make_policy().to(device)
+    def __init__(
+        self,
+        settings: PLearnerSettings,
+        shared: SharedState,
+        rules,
+        ratios: RatioController,
+        obs_dim: int,
+        group: ReplicaGroup,
+    ):
+        device = settings.device
+        super().__init__(settings, shared, rules, ratios, obs_dim, {"obs": ((obs_dim,), torch.float32)}, None, 3, group)
+        self.policy = rules.make_policy().to(device)
         group.broadcast(self.policy)
-        self.critic = algo.make_critic().to(device).requires_grad_(False)
-        self.critic_reader = WeightsReader(shared.weights["critic"], self.critic)
-        self.optim = adam(algo.policy_optim_params(self.policy))
+        self.critic = rules.make_critic().to(device).requires_grad_(False)
+        self.critic_reader = WeightsReader(shared.weights[CRITIC], self.critic)
+        self.optim = adam(rules.policy_optim_params(self.policy))
         self.policy_loss = compile_update(
-            lambda obs: algo.policy_loss(self.policy, self.critic, obs), cfg.runtime.compile, device
+            lambda obs: rules.policy_loss(self.policy, self.critic, obs), settings.compile, device
         )
-        self.average_rate = cfg.algo.policy_average
+        self.average_rate = settings.policy_average
         if self.average_rate:
             # The policy the run delivers: a Polyak average of this one, published for evaluation.
             self.delivered = copy.deepcopy(self.policy).requires_grad_(False)
             self.average = SoftUpdate(self.delivered, self.policy)
-            self.publishes, self.state_attrs = ("policy", DELIVERED), PLearner.state_attrs + (DELIVERED,)
+            self.publishes, self.state_attrs = (POLICY, DELIVERED), PLearner.state_attrs + (DELIVERED,)
         for name in self.publishes:
             shared.weights[name].publish(getattr(self, name), wait=True)
 
@@ -244,7 +236,7 @@ class PLearner(_Learner):
 
     def _update(self) -> dict:
         self.critic_reader.pull()
-        batch, _, _ = self._sample(self.cfg.algo.batch_size)
+        batch, _, _ = self._sample(self.batch_size)
         loss, info = self.policy_loss(batch["obs"])
         self._optimise(loss)
         if self.average_rate:

@@ -7,54 +7,42 @@ from __future__ import annotations
 import time
 
 import torch.multiprocessing as mp
+from torch import nn
 
+from pql.config import ROLE_NAMES
 from pql.nets import ObsNormalizer
+from pql.runtime.contracts import NORMALIZER, Role
 from pql.runtime.control import RatioCounters
 from pql.runtime.distributed import Replicas
-from pql.runtime.off_policy.roles import (
-    ROLE_NAMES,
-    build_role,
-    delivered_policy,
-    make_ratios,
-    make_rules,
-    make_shared,
-    role_device,
-    role_main,
-)
+from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_main
 from pql.runtime.off_policy.sequential import interleave
-from pql.runtime.supervisor import POLL_S, ProcessRuntime, threads_per_process
+from pql.runtime.settings import OffPolicySettings
+from pql.runtime.supervisor import POLL_S, ProcessRuntime
 from pql.runtime.weight_sync import WeightsReader
 
 
 class OffPolicyRunner:
     @staticmethod
-    def make_policy(cfg, obs_dim: int, act_dim: int):
-        return make_rules(cfg, obs_dim, act_dim).make_policy()
+    def make_policy(algo, obs_dim: int, act_dim: int) -> nn.Module:
+        return make_rules(algo, obs_dim, act_dim).make_policy()
 
-    def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
-        self.cfg, self.device, self.obs_dim, self.act_dim, self.resume = cfg, device, obs_dim, act_dim, resume
+    def __init__(self, settings: OffPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
+        self.settings, self.device, self.obs_dim, self.act_dim, self.resume = settings, device, obs_dim, act_dim, resume
         self.world = Replicas.from_env().world  # env_steps counts every replica's
-        algo = make_rules(cfg, obs_dim, act_dim)
-        self.ctx = mp.get_context("spawn") if cfg.runtime.mode == "process" else None
-        self.shared = make_shared(cfg, algo, obs_dim, act_dim, self.ctx)
+        rules = make_rules(settings.algo, obs_dim, act_dim)
+        self.ctx = mp.get_context("spawn") if settings.process_mode else None
+        self.shared = make_shared(settings, rules, obs_dim, act_dim, self.ctx)
         self.counters = self.shared.counters
         if resume is not None:
             self.counters.load(resume["counters"])
-        self.counters.start_launch(cfg.algo.warmup_steps)
-        self.ratios = make_ratios(cfg, self.shared)
-        self.roles, self.processes = {}, None
+        self.counters.start_launch(settings.warmup_steps)
+        self.ratios = make_ratios(settings.ratios, self.shared)
+        self.roles: dict[str, Role] = {}
+        self.processes: ProcessRuntime | None = None
         if self.ctx is None:
             self.roles = {
                 name: build_role(
-                    name,
-                    cfg,
-                    self.shared,
-                    algo,
-                    role_device(cfg, name),
-                    self.ratios,
-                    obs_dim,
-                    act_dim,
-                    fresh_start=resume is None,
+                    name, settings, self.shared, rules, self.ratios, obs_dim, act_dim, fresh_start=resume is None
                 )
                 for name in ROLE_NAMES
             }
@@ -62,11 +50,11 @@ class OffPolicyRunner:
                 if resume is not None:
                     role.load_state_dict(resume["roles"][name])
         # The main process's copies of the newest delivered policy and statistics, for evaluation.
-        self.delivered = delivered_policy(cfg)
-        self.policy = algo.make_policy().to(device).requires_grad_(False)
+        self.delivered = settings.delivered
+        self.policy = rules.make_policy().to(device).requires_grad_(False)
         self.normalizer = ObsNormalizer(obs_dim).to(device)
         self.policy_reader = WeightsReader(self.shared.weights[self.delivered], self.policy)
-        self.normalizer_reader = WeightsReader(self.shared.weights["normalizer"], self.normalizer)
+        self.normalizer_reader = WeightsReader(self.shared.weights[NORMALIZER], self.normalizer)
 
     @property
     def trains_elsewhere(self) -> bool:
@@ -78,7 +66,6 @@ class OffPolicyRunner:
             self.counters.actor_done = 1
             monitor.tick(final=True)
             return
-        threads = threads_per_process(self.cfg, len(ROLE_NAMES))
         self.processes = ProcessRuntime(
             self.shared,
             {
@@ -86,7 +73,7 @@ class OffPolicyRunner:
                     target=role_main,
                     name=f"pql-{name}",
                     daemon=True,
-                    args=(name, self.cfg, self.shared, self.obs_dim, self.act_dim, self.resume, threads),
+                    args=(name, self.settings, self.shared, self.obs_dim, self.act_dim, self.resume),
                 )
                 for name in ROLE_NAMES
             },

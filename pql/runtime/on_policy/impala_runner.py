@@ -18,12 +18,14 @@ from pql.algos.impala import Impala
 from pql.algos.ppo import make_gaussian_policy
 from pql.envs import build_env
 from pql.nets import ObsNormalizer
+from pql.runtime.contracts import NORMALIZER, POLICY
 from pql.runtime.device import synchronize, use_device
 from pql.runtime.distributed import Replicas, role_group
 from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
+from pql.runtime.settings import OnPolicySettings, Waits
 from pql.runtime.shared import RunCounters, RunStats, SharedState, make_shared_state
-from pql.runtime.supervisor import ProcessRuntime, role_log_path, role_process, threads_per_process
+from pql.runtime.supervisor import ProcessRuntime, role_process
 from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
@@ -32,7 +34,7 @@ class QueueCounters(RunCounters):
     """published: trajectory batches the actor has put in the queue (writer: actor); taken: those
     the learner has taken out (writer: learner)."""
 
-    slots = ("published", "taken")
+    entries = ("published", "taken")
     progress = ("published", "taken")
 
 
@@ -62,31 +64,29 @@ def trajectory_ring_spec(obs_dim: int, act_dim: int) -> dict:
 WAITING_ROLES = ("actor", "learner")  # the actor process, and the learner in the main process
 
 
-def make_waiter(cfg, shared: SharedState, queue: TrajectoryQueue, role: str) -> Waiter:
-    return Waiter(
-        shared.counters, shared.wakeup, role, cfg.runtime.stall_timeout_s, cfg.runtime.startup_timeout_s, queue.started
-    )
+def make_waiter(waits: Waits, shared: SharedState, queue: TrajectoryQueue, role: str) -> Waiter:
+    return Waiter(shared.counters, shared.wakeup, role, waits.stall_s, waits.startup_s, queue.started)
 
 
 class ImpalaActor:
     """Rolls out T-step trajectories into free queue slots with its lagging policy copy μ. With
     several replicas, the actors agree before each trajectory on whether to finish."""
 
-    def __init__(self, cfg, shared: SharedState, queue: TrajectoryQueue, device):
-        self.cfg, self.shared, self.queue, self.device = cfg, shared, queue, device
-        replicas = Replicas.from_env()
-        self.group = role_group(replicas, "actor", device, cfg.runtime.stall_timeout_s)
+    def __init__(self, settings: OnPolicySettings, shared: SharedState, queue: TrajectoryQueue, device):
+        self.settings, self.shared, self.queue, self.device = settings, shared, queue, device
+        self.group = role_group(Replicas.from_env(), "actor", device, settings.process.waits.stall_s)
         self.finished = False
-        env = build_env(cfg.task, cfg.task.num_envs, device, replicas.seed(cfg.runtime.seed))
-        self.policy = make_gaussian_policy(cfg.algo, env.obs_dim, env.act_dim).to(device)
-        self.policy_reader = WeightsReader(shared.weights["policy"], self.policy)
+        envs = settings.envs
+        env = build_env(envs.task, envs.num_envs, device, envs.seed)
+        self.policy = make_gaussian_policy(settings.algo, env.obs_dim, env.act_dim).to(device)
+        self.policy_reader = WeightsReader(shared.weights[POLICY], self.policy)
         normalizer = ObsNormalizer(env.obs_dim).to(device)
-        WeightsReader(shared.weights["normalizer"], normalizer).pull_latest()  # the statistics of a resumed run
+        WeightsReader(shared.weights[NORMALIZER], normalizer).pull_latest()  # the statistics of a resumed run
         self.worker = RolloutWorker(env, normalizer, self.group, shared.counters.episodes)
 
     def done(self) -> bool:
         return self.finished or self.group.replicas.budget_spent(
-            self.shared.counters.env_steps, self.cfg.runtime.max_env_steps
+            self.shared.counters.env_steps, self.settings.max_env_steps
         )
 
     def ready(self) -> bool:
@@ -106,37 +106,41 @@ class ImpalaActor:
         slot = c.published % self.queue.slots
         self.worker.collect(self.policy, {k: v[slot] for k, v in shared.ring.items()})
         shared.ring["behaviour_version"][slot] = self.policy_reader.version
-        shared.weights["normalizer"].publish(self.worker.normalizer)
+        shared.weights[NORMALIZER].publish(self.worker.normalizer)
         self.worker.episodes.report(shared)
         synchronize(self.device)  # the slot is whole before it is published: one wait per trajectory
-        c.env_steps += self.cfg.algo.unroll * self.cfg.task.num_envs
+        c.env_steps += self.settings.algo.unroll * self.settings.envs.num_envs
         shared.add("published")
 
 
-def actor_main(cfg, shared: SharedState, threads: int) -> None:
-    """Entry point of the actor process (its actor lives in serve_actor, as role_main's role does)."""
-    with role_process("actor", shared, threads, role_log_path(cfg)):
-        serve_actor(cfg, shared)
+def actor_main(settings: OnPolicySettings, shared: SharedState) -> None:
+    """Entry point of the actor process (its actor lives in serve_actor, as role_main's role does).
+    The learner runs in the main process: the actor gets half the cores."""
+    process = settings.process
+    with role_process("actor", shared, process.threads.per_process(2), process.log_path):
+        serve_actor(settings, shared)
 
 
-def serve_actor(cfg, shared: SharedState) -> None:
+def serve_actor(settings: OnPolicySettings, shared: SharedState) -> None:
     """Build the IMPALA actor and fill trajectory slots until the run stops."""
-    device = use_device(cfg.runtime.device)
+    device = use_device(settings.device)
     # A resumed run does not replay the noise of the first launch.
-    torch.manual_seed(Replicas.from_env().seed(cfg.runtime.seed) + 1 + shared.counters.env_steps)
-    queue = TrajectoryQueue(shared.counters, cfg.algo.queue_size)
-    actor = ImpalaActor(cfg, shared, queue, device)
-    while make_waiter(cfg, shared, queue, "actor").wait(actor.ready, lambda: None, "a free trajectory slot"):
+    torch.manual_seed(settings.process.seed + 1 + shared.counters.env_steps)
+    queue = TrajectoryQueue(shared.counters, settings.algo.queue_size)
+    actor = ImpalaActor(settings, shared, queue, device)
+    waiter = make_waiter(settings.process.waits, shared, queue, "actor")
+    while waiter.wait(actor.ready, lambda: None, "a free trajectory slot"):
         actor.step()
 
 
 class ImpalaRunner(OnPolicyRunner):
     learner_cls = Impala
 
-    def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
-        super().__init__(cfg, device, obs_dim, act_dim, resume)
+    def __init__(self, settings: OnPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
+        super().__init__(settings, device, obs_dim, act_dim, resume)
+        algo = settings.algo
         self.ctx = None
-        if cfg.runtime.mode == "process":
+        if settings.process_mode:
             import torch.multiprocessing as mp
 
             self.ctx = mp.get_context("spawn")
@@ -144,31 +148,27 @@ class ImpalaRunner(OnPolicyRunner):
             QueueCounters(),
             RunStats(),
             trajectory_ring_spec(obs_dim, act_dim),
-            (cfg.algo.queue_size, cfg.algo.unroll, cfg.task.num_envs),
+            (algo.queue_size, algo.unroll, settings.envs.num_envs),
             device,
-            {
-                "policy": SharedWeights(self.learner.policy, device),
-                "normalizer": SharedWeights(self.normalizer, device),
-            },
+            {POLICY: SharedWeights(self.learner.policy, device), NORMALIZER: SharedWeights(self.normalizer, device)},
             WAITING_ROLES,
             self.ctx,
         )
         self.counters = self.shared.counters
         self.counters.load({k: self.resumed[k] for k in ("env_steps", "episodes")})
-        self.shared.weights["policy"].publish(self.learner.policy, wait=True)
-        self.shared.weights["normalizer"].publish(self.normalizer, wait=True)
-        self.normalizer_reader = WeightsReader(self.shared.weights["normalizer"], self.normalizer)
-        self.queue = TrajectoryQueue(self.counters, cfg.algo.queue_size)
-        self.waiter = make_waiter(cfg, self.shared, self.queue, "learner")
+        self.shared.weights[POLICY].publish(self.learner.policy, wait=True)
+        self.shared.weights[NORMALIZER].publish(self.normalizer, wait=True)
+        self.normalizer_reader = WeightsReader(self.shared.weights[NORMALIZER], self.normalizer)
+        self.queue = TrajectoryQueue(self.counters, algo.queue_size)
+        self.waiter = make_waiter(settings.process.waits, self.shared, self.queue, "learner")
         self.lag_sum = self.lag_count = 0
         self.processes = None
 
     def run(self, monitor) -> None:
         if self.ctx is None:
-            actor = ImpalaActor(self.cfg, self.shared, self.queue, self.device)
+            actor = ImpalaActor(self.settings, self.shared, self.queue, self.device)
             self._learn(monitor, lambda: actor.ready() and actor.step())
             return
-        # The learner runs in this process: the actor gets half the cores.
         self.processes = ProcessRuntime(
             self.shared,
             {
@@ -176,7 +176,7 @@ class ImpalaRunner(OnPolicyRunner):
                     target=actor_main,
                     name="pql-actor",
                     daemon=True,
-                    args=(self.cfg, self.shared, threads_per_process(self.cfg, 2)),
+                    args=(self.settings, self.shared),
                 )
             },
         )
@@ -214,14 +214,14 @@ class ImpalaRunner(OnPolicyRunner):
         slot = self.counters.taken % self.queue.slots
         traj = {k: v[slot].clone() for k, v in shared.ring.items()}
         # Policy lag: the learner's version minus the version μ that made the trajectory.
-        self.lag_sum += shared.weights["policy"].current_version() - int(traj.pop("behaviour_version")[0, 0])
+        self.lag_sum += shared.weights[POLICY].current_version() - int(traj.pop("behaviour_version")[0, 0])
         self.lag_count += 1
         synchronize(self.device)  # the copy is done before the slot is freed: one wait per trajectory
         shared.add("taken")
         info = self.learner.update(traj)
         self.updates += 1
-        if self.updates % self.cfg.runtime.policy_publish_every == 0:
-            shared.weights["policy"].publish(self.learner.policy)
+        if self.updates % self.settings.publish_every == 0:
+            shared.weights[POLICY].publish(self.learner.policy)
         return info
 
     def progress(self) -> tuple[int, int]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from torch import nn
+
 from pql.algos.ppo import make_gaussian_policy
 from pql.nets import ObsNormalizer
 from pql.runtime.device import host_values
 from pql.runtime.distributed import Replicas, role_group
 from pql.runtime.divergence import check_values
+from pql.runtime.settings import OnPolicySettings
 
 
 class OnPolicyRunner:
@@ -20,14 +23,14 @@ class OnPolicyRunner:
     trains_elsewhere = False  # the learner updates in the main process
 
     @staticmethod
-    def make_policy(cfg, obs_dim: int, act_dim: int):
-        return make_gaussian_policy(cfg.algo, obs_dim, act_dim)
+    def make_policy(algo, obs_dim: int, act_dim: int) -> nn.Module:
+        return make_gaussian_policy(algo, obs_dim, act_dim)
 
-    def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
-        self.cfg, self.device = cfg, device
+    def __init__(self, settings: OnPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
+        self.settings, self.device = settings, device
         self.replicas = Replicas.from_env()
-        self.group = role_group(self.replicas, "learner", device, cfg.runtime.stall_timeout_s)
-        self.learner = self.learner_cls(cfg.algo, obs_dim, act_dim, device, self.group.average_gradients)
+        self.group = role_group(self.replicas, "learner", device, settings.process.waits.stall_s)
+        self.learner = self.learner_cls(settings.algo, obs_dim, act_dim, device, self.group.average_gradients)
         self.group.broadcast(self.learner.policy)
         self.group.broadcast(self.learner.critic)
         self.normalizer = ObsNormalizer(obs_dim).to(device)

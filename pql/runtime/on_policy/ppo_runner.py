@@ -6,30 +6,32 @@ from pql.algos.ppo import PPO
 from pql.envs import build_env
 from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
+from pql.runtime.settings import OnPolicySettings
 from pql.runtime.shared import alloc_tensors
 
 
 class PPORunner(OnPolicyRunner):
     learner_cls = PPO
 
-    def __init__(self, cfg, device, obs_dim: int, act_dim: int, resume: dict | None):
-        T, N = cfg.algo.horizon, cfg.task.num_envs
-        super().__init__(cfg, device, obs_dim, act_dim, resume)
+    def __init__(self, settings: OnPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
+        envs = settings.envs
+        T, N = settings.algo.horizon, envs.num_envs
+        super().__init__(settings, device, obs_dim, act_dim, resume)
         self.env_steps = self.resumed["env_steps"]
-        self.env = build_env(cfg.task, N, device, self.replicas.seed(cfg.runtime.seed))
+        self.env = build_env(envs.task, N, device, envs.seed)
         self.worker = RolloutWorker(self.env, self.normalizer, self.group, self.resumed["episodes"])
         self.rollout = alloc_tensors(trajectory_spec(obs_dim, act_dim), (T, N), device)
 
     def run(self, monitor) -> None:
-        cfg = self.cfg
+        settings, algo = self.settings, self.settings.algo
         # The replicas agree on stopping early.
-        while not self.replicas.budget_spent(self.env_steps, cfg.runtime.max_env_steps) and not self.group.any(
+        while not self.replicas.budget_spent(self.env_steps, settings.max_env_steps) and not self.group.any(
             monitor.should_stop()
         ):
             self.worker.collect(self.learner.policy, self.rollout)
             info = self.learner.update(self.rollout)
-            self.env_steps += cfg.algo.horizon * cfg.task.num_envs
-            self.updates += cfg.algo.epochs * cfg.algo.minibatches
+            self.env_steps += algo.horizon * settings.envs.num_envs
+            self.updates += algo.epochs * algo.minibatches
             self._learned(info)
             monitor.tick()
         monitor.tick(final=True)

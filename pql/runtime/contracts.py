@@ -1,0 +1,96 @@
+"""What the parts of a run promise each other: the names they share across processes, what a
+runner supplies to `train`, and what a role supplies to the loop it runs in. Every runner and
+every role is checked against its Protocol by mypy (the block at the end of this module).
+
+The role names are the config's (`pql.config.ROLE_NAMES`: runtime.<role>_device places them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from pql.runtime.run import Monitor
+
+# The shared weights (pql.runtime.weight_sync.SharedWeights), each named once: the P-learner's
+# policy, the V-learner's critic, the actor's observation statistics, and the P-learner's average
+# policy (algo.policy_average), which the run then delivers instead of "policy".
+POLICY = "policy"
+CRITIC = "critic"
+NORMALIZER = "normalizer"
+DELIVERED = "delivered"
+
+
+class Runner(Protocol):
+    """What a runner supplies to `train`: `__init__(settings, device, obs_dim, act_dim, resume)`
+    builds its roles from its settings (pql.runtime.settings), restored from `resume` (the
+    checkpoint's state, or None), and these."""
+
+    @staticmethod
+    def make_policy(algo, obs_dim: int, act_dim: int) -> nn.Module:
+        """An untrained policy module of this algorithm, from its section of the config
+        (test=true loads the checkpoint's into it)."""
+
+    @property
+    def trains_elsewhere(self) -> bool:
+        """Whether run() leaves the main thread free, its roles training in processes of their own:
+        evaluations then run on a thread beside it instead of in turn with training."""
+
+    def run(self, monitor: Monitor) -> None:
+        """Train until the env-step budget is spent or monitor.should_stop(), calling
+        monitor.tick() as it goes and monitor.tick(final=True) last, while the roles still run."""
+
+    def counts(self) -> dict[str, int]:
+        """{"env_steps": n, role: updates of that role, ...}, for the rates."""
+
+    def scalars(self) -> dict[str, float]:
+        """The latest losses and training-episode statistics."""
+
+    def policy_version(self) -> int:
+        """The version of the newest policy (0: none made yet, nothing to evaluate)."""
+
+    def latest_policy(self) -> tuple[nn.Module, nn.Module, int]:
+        """(policy module, normalizer, version) of the newest policy, for evaluation."""
+
+    def checkpoint(self) -> dict:
+        """{"counters", "policy", "normalizer", "roles"} of the checkpoint layout (run.py)."""
+
+    def close(self) -> None:
+        """Release what run() started (processes, envs); called however the run ends."""
+
+
+class Role(Protocol):
+    """One of PQL's three roles (pql/runtime/off_policy): the loop it runs in (roles.serve, or
+    sequential.interleave) steps it whenever the ratio controller lets it."""
+
+    name: str
+    device: torch.device
+
+    def ready(self) -> bool:
+        """Whether the ratios (and the ring) let this role make its next step now."""
+
+    def step(self) -> None:
+        """One actor step (num_envs env steps staged in the ring) or one learner update."""
+
+    def idle(self) -> None:
+        """What the role does while it may not step: count its copies that have landed."""
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of this role (its networks, optimisers, generator)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore state_dict()'s value, and publish the networks this role owns."""
+
+
+if TYPE_CHECKING:  # mypy checks each runner and role against its Protocol here; nothing runs
+    from pql.runtime.off_policy.actor import Actor
+    from pql.runtime.off_policy.learners import PLearner, VLearner
+    from pql.runtime.off_policy.runner import OffPolicyRunner
+    from pql.runtime.on_policy.impala_runner import ImpalaRunner
+    from pql.runtime.on_policy.ppo_runner import PPORunner
+
+    _RUNNERS: tuple[type[Runner], ...] = (OffPolicyRunner, PPORunner, ImpalaRunner)
+    _ROLES: tuple[type[Role], ...] = (Actor, VLearner, PLearner)
