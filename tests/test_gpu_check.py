@@ -36,7 +36,18 @@ from bench.gpu.results import (  # noqa: E402
     run_summary,
 )
 from bench.gpu.steps import FAILED, OK, SKIPPED, TIMED_OUT, Step, StepResult, run_step  # noqa: E402
-from bench.gpu.targets import TARGETS, Target, return_by, write_targets_csv  # noqa: E402
+from bench.gpu.targets import (  # noqa: E402
+    BATCH,
+    DOCS_END,
+    DOCS_START,
+    RETURN_BY_S,
+    TARGET_ENVS,
+    TARGETS,
+    Target,
+    docs_table,
+    return_by,
+    write_targets_csv,
+)
 
 INFO = {"title": "pql GPU check, test", "gpu_name": "no GPU", "lines": ["GPU: none (test)"]}
 
@@ -577,3 +588,84 @@ def test_bench_csvs_feed_the_report(tmp_path):
     assert re.search(r"\| pql mujoco \| cpu \| 2 \|( [\d.]+ ms \(\d+%\) \|){3} [\d.]+ ms \|", report), report
     assert "| SumTree update + sample, capacity 2^6, B=16 | not measured (no CUDA) |" in report
     assert "| V-trace, T=32, B=4096 | not measured (no CUDA) |" in report
+
+
+DOCS_TARGETS = os.path.join(ROOT, "docs", "gpu.md")
+
+
+def quoted(cell: str) -> tuple[str, float]:
+    """A target as a page writes it ("≥ 1,000,000 at N = 32,768", "≤ 5%", "≥ 20×") -> (direction, value)."""
+    match = re.search(r"([≥≤]) ([\d,.]+)\s*(%?)", cell)
+    assert match, cell
+    value = float(match.group(2).replace(",", "")) / (100 if match.group(3) else 1)
+    return (">=" if match.group(1) == "≥" else "<="), value
+
+
+def test_docs_gpu_md_has_the_generated_targets_table():
+    # On failure: python -m bench.gpu.targets docs/gpu.md
+    with open(DOCS_TARGETS, encoding="utf-8") as f:
+        text = f.read()
+    assert text.count(DOCS_START) == 1 and text.count(DOCS_END) == 1
+    assert text.split(DOCS_START)[1].split(DOCS_END)[0] == f"\n\n{docs_table()}\n\n"
+    assert [t.name for t in TARGETS] == [line.split("`")[1] for line in docs_table().splitlines()[2:]]
+
+
+# docs/gpu.md's Current figures: the start of a row's figure cell -> the target its target cell quotes.
+FIGURE_ROWS = {
+    "Ant env steps/s": "env_steps_per_s",
+    "critic updates/s alone": "critic_updates_per_s",
+    "policy updates/s alone": "policy_updates_per_s",
+    "three roles together / bound": "together_efficiency",
+    "the same under MPS": "together_efficiency",
+    "Triton sum-tree update + sample": "sumtree_us",
+    "Triton V-trace": "vtrace_speedup",
+    "Ant evaluation (10 episodes)": "eval_s",
+    "share of a run's wall time spent evaluating": "eval_share",
+    "Ant training return": "return_at_5_min",
+}
+
+
+def test_docs_current_figures_quote_the_targets():
+    targets = {t.name: t for t in TARGETS}
+    with open(DOCS_TARGETS, encoding="utf-8") as f:
+        section = f.read().split("## Current figures")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and " | " in line]
+    seen = set()
+    for figure, target_cell, *_ in rows[1:]:
+        name = next((n for start, n in FIGURE_ROWS.items() if figure.lstrip("| ").startswith(start)), None)
+        if name is None:
+            continue
+        seen.add(name)
+        assert quoted(target_cell) == (targets[name].direction, targets[name].value), (figure, target_cell)
+        if name == "env_steps_per_s":
+            assert f"N = {TARGET_ENVS:,}" in target_cell
+        if name in ("critic_updates_per_s", "policy_updates_per_s"):
+            assert f"batch {BATCH:,}" in figure
+        if name == "return_at_5_min":
+            assert f"by {RETURN_BY_S / 60:g} minutes" in target_cell
+    assert seen == set(targets)  # every target has its row
+
+
+# Sentences of README and the docs that quote a target: the target's number as a regex group, and
+# the factor from the number as written to the target's value.
+QUOTES = [
+    ("README.md", r"updates/s against a target of ([\d,]+)", "critic_updates_per_s", 1),
+    ("README.md", r"M steps/s against ([\d.]+)M", "env_steps_per_s", 1e6),
+    ("README.md", r"slower than its ([\d,]+) µs target", "sumtree_us", 1),
+    ("README.md", r"takes at most (\d+)% of a run's wall time", "eval_share", 0.01),
+    ("docs/kernels.md", r"V-trace at least (\d+) times as fast as the PyTorch recursion", "vtrace_speedup", 1),
+    ("docs/kernels.md", r"capacity 2\^23 within ([\d,]+) µs", "sumtree_us", 1),
+    ("docs/benchmarks.md", r"The target, ≥ ([\d,]+) env steps/s at N = 32,768", "env_steps_per_s", 1),
+    ("docs/benchmarks.md", r"in a 2\^23 tree ≤ ([\d,]+) µs", "sumtree_us", 1),
+    ("docs/benchmarks.md", r"V-trace ≥ (\d+)× the PyTorch recursion", "vtrace_speedup", 1),
+]
+
+
+@pytest.mark.parametrize("path, pattern, name, factor", QUOTES)
+def test_readme_and_docs_quote_the_targets(path, pattern, name, factor):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        text = " ".join(f.read().split())  # a sentence may wrap anywhere
+    match = re.search(pattern, text)
+    assert match, f"{path} no longer says {pattern!r}: update QUOTES with its new wording"
+    target = next(t for t in TARGETS if t.name == name)
+    assert float(match.group(1).replace(",", "")) * factor == pytest.approx(target.value), (path, match.group(0))

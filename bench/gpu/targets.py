@@ -142,7 +142,6 @@ TARGETS = (
         return_by,
     ),
 )
-BY_NAME = {t.name: t for t in TARGETS}
 
 
 def target_rows(fig: Figures) -> list[tuple[Target, float | None]]:
