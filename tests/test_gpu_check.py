@@ -16,16 +16,44 @@ import torch
 from pql import __version__
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, ROOT)
 
-import gpu_check  # noqa: E402
 from conftest import alive  # noqa: E402
+
+from bench import gpu_check  # noqa: E402
+from bench.gpu.check import EXPECTED_OVERHEAD_S, MIN_RUN_S, STEPS, Check, fit_run_seconds  # noqa: E402
+from bench.gpu.machine import machine_info  # noqa: E402
+from bench.gpu.report import FILES, build_report  # noqa: E402
+from bench.gpu.results import (  # noqa: E402
+    UNRELEASED_WARNING,
+    Eval,
+    Figures,
+    RunSummary,
+    pytest_summary,
+    read_csv,
+    resume_verdict,
+    resumed_from,
+    run_summary,
+)
+from bench.gpu.steps import FAILED, OK, SKIPPED, TIMED_OUT, Step, StepResult, run_step  # noqa: E402
+from bench.gpu.targets import (  # noqa: E402
+    BATCH,
+    DOCS_END,
+    DOCS_START,
+    RETURN_BY_S,
+    TARGET_ENVS,
+    TARGETS,
+    Target,
+    docs_table,
+    return_by,
+    write_targets_csv,
+)
 
 INFO = {"title": "pql GPU check, test", "gpu_name": "no GPU", "lines": ["GPU: none (test)"]}
 
 
-def python_step(name: str, code: str, timeout_s: float = 60) -> gpu_check.Step:
-    return gpu_check.Step(name, f"fake {name}", [sys.executable, "-c", textwrap.dedent(code)], timeout_s)
+def python_step(name: str, code: str, timeout_s: float = 60) -> Step:
+    return Step(name, f"fake {name}", [sys.executable, "-c", textwrap.dedent(code)], timeout_s)
 
 
 def test_without_cuda_it_says_so_in_one_line_and_exits_2(tmp_path):
@@ -46,10 +74,10 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_2(tmp_path):
 
 def test_a_failing_step_is_recorded_with_the_end_of_its_output(tmp_path):
     log = tmp_path / "log.txt"
-    result = gpu_check.run_step(
+    result = run_step(
         python_step("env", "for i in range(100): print(i)\nraise SystemExit(3)"), str(log), time_left_s=60
     )
-    assert (result.status, result.detail) == (gpu_check.FAILED, "exit 3")
+    assert (result.status, result.detail) == (FAILED, "exit 3")
     assert result.tail(5) == ["95", "96", "97", "98", "99"]
     assert "===== fake env" in log.read_text() and "\n99\n" in log.read_text()
 
@@ -68,8 +96,8 @@ def test_a_hanging_step_is_stopped_with_its_children_at_the_time_left(tmp_path):
         timeout_s=60,
     )
     start = time.monotonic()
-    result = gpu_check.run_step(step, str(tmp_path / "log.txt"), time_left_s=3)
-    assert result.status == gpu_check.TIMED_OUT and "3 s" in result.detail
+    result = run_step(step, str(tmp_path / "log.txt"), time_left_s=3)
+    assert result.status == TIMED_OUT and "3 s" in result.detail
     assert time.monotonic() - start < 20
     assert result.tail() == ["started"]
     child = int(pid_file.read_text())
@@ -89,7 +117,7 @@ def test_processes_a_step_leaves_behind_are_ended_with_it(tmp_path):
         open({str(pid_file)!r}, "w").write(str(child.pid))
     """,
     )
-    assert gpu_check.run_step(step, str(tmp_path / "log.txt"), time_left_s=60).status == gpu_check.OK
+    assert run_step(step, str(tmp_path / "log.txt"), time_left_s=60).status == OK
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and alive(child):
@@ -98,7 +126,7 @@ def test_processes_a_step_leaves_behind_are_ended_with_it(tmp_path):
 
 
 def test_machine_description_without_a_gpu_says_why():
-    info = gpu_check.machine_info(datetime.datetime(2026, 1, 2, 3, 4, 5))
+    info = machine_info(datetime.datetime(2026, 1, 2, 3, 4, 5))
     assert info["title"] == "pql GPU check, 2026-01-02 03:04:05"
     gpu, software, host, mps = info["lines"]
     if not torch.cuda.is_available():
@@ -109,16 +137,16 @@ def test_machine_description_without_a_gpu_says_why():
 
 
 def test_a_training_run_is_shortened_to_the_budget_or_skipped():
-    overhead = gpu_check.EXPECTED_OVERHEAD_S
-    assert gpu_check.fit_run_seconds(180, 1000) == 180
-    assert gpu_check.fit_run_seconds(180, overhead + 100) == 100
-    assert gpu_check.fit_run_seconds(180, overhead + gpu_check.MIN_RUN_S - 1) is None
-    assert gpu_check.fit_run_seconds(5, overhead + 5) == 5  # a run asked to be short is not refused
+    overhead = EXPECTED_OVERHEAD_S
+    assert fit_run_seconds(180, 1000) == 180
+    assert fit_run_seconds(180, overhead + 100) == 100
+    assert fit_run_seconds(180, overhead + MIN_RUN_S - 1) is None
+    assert fit_run_seconds(5, overhead + 5) == 5  # a run asked to be short is not refused
 
 
 def test_resume_verdict():
-    assert gpu_check.resume_verdict(1000, 1000, 1500)[0]
-    assert "1,000" in gpu_check.resume_verdict(1000, 1000, 1500)[1]
+    assert resume_verdict(1000, 1000, 1500)[0]
+    assert "1,000" in resume_verdict(1000, 1000, 1500)[1]
     for train, start, end, reason in (
         (None, None, None, "no readable checkpoint"),
         (1000, None, 1500, "never said"),
@@ -126,15 +154,15 @@ def test_resume_verdict():
         (1000, 1000, None, "no readable checkpoint"),
         (1000, 1000, 1000, "not past"),
     ):
-        ok, text = gpu_check.resume_verdict(train, start, end)
+        ok, text = resume_verdict(train, start, end)
         assert not ok and reason in text
 
 
 def test_log_parsers():
-    assert gpu_check.resumed_from("x\npql: resuming from /r/checkpoint.pt at 12,345,678 env steps\n") == 12_345_678
-    assert gpu_check.resumed_from(f"pql {__version__}: task=Ant ...") is None
+    assert resumed_from("x\npql: resuming from /r/checkpoint.pt at 12,345,678 env steps\n") == 12_345_678
+    assert resumed_from(f"pql {__version__}: task=Ant ...") is None
     output = "....\n=========== 40 passed, 12 deselected in 31.20s ===========\n"
-    assert gpu_check.tests_summary(output) == "40 passed, 12 deselected in 31.20s"
+    assert pytest_summary(output) == "40 passed, 12 deselected in 31.20s"
 
 
 def env_rows(rate_at_32768: str, error: str = "") -> list[dict]:
@@ -223,49 +251,45 @@ KERNEL_ROWS = [
 
 def test_report_from_step_results_and_bench_rows():
     results = [
-        gpu_check.StepResult("tests", "kernel tests", "python -m pytest tests/kernels -m gpu", gpu_check.OK, 40),
-        gpu_check.StepResult(
+        StepResult("tests", "kernel tests", "python -m pytest tests/kernels -m gpu", OK, 40),
+        StepResult(
             "env",
             "env throughput",
             "python bench/env_throughput.py",
-            gpu_check.FAILED,
+            FAILED,
             90,
             "exit 1",
             "line a\nTraceback\nOutOfMemoryError: CUDA out of memory\n",
         ),
-        gpu_check.StepResult("learner", "learner bench", "python bench/learner.py", gpu_check.OK, 70),
-        gpu_check.StepResult(
-            "learner_no_mps", "learner bench without MPS", "python bench/learner.py", gpu_check.OK, 70
-        ),
-        gpu_check.StepResult("kernels", "kernels bench", "python bench/kernels.py", gpu_check.OK, 30),
-        gpu_check.StepResult("train", "train", "python train.py task=Ant", gpu_check.OK, 230),
-        gpu_check.StepResult("resume", "resume", "python train.py task=Ant checkpoint=x", gpu_check.OK, 80),
-        gpu_check.StepResult(
-            "plot", "return curve", "python -m pql.plot", gpu_check.SKIPPED, detail="10 s of the budget left"
-        ),
+        StepResult("learner", "learner bench", "python bench/learner.py", OK, 70),
+        StepResult("learner_no_mps", "learner bench without MPS", "python bench/learner.py", OK, 70),
+        StepResult("kernels", "kernels bench", "python bench/kernel_speed.py", OK, 30),
+        StepResult("train", "train", "python train.py task=Ant", OK, 230),
+        StepResult("resume", "resume", "python train.py task=Ant checkpoint=x", OK, 80),
+        StepResult("plot", "return curve", "python -m pql.plot", SKIPPED, detail="10 s of the budget left"),
     ]
-    fig = gpu_check.Figures(
+    fig = Figures(
         env=ENV_ROWS,
         env_profile=PROFILE_ROWS,
         learner=learner_rows(critic=3500.0, efficiency=0.6),
         learner_no_mps=learner_rows(critic=3400.0, efficiency=0.45, mps="off"),
         kernels=KERNEL_ROWS,
         tests_summary="40 passed, 12 deselected in 31.20s",
-        train=gpu_check.RunSummary(
+        train=RunSummary(
             180,
             9_000_000,
             190.0,
-            [gpu_check.Eval(2_000_000, 60.0, 500.0), gpu_check.Eval(9_000_000, 185.0, 2500.0)],
+            [Eval(2_000_000, 60.0, 500.0), Eval(9_000_000, 185.0, 2500.0)],
             eval_s=[1.5, 2.5, 1.8],
             eval_share=0.04,
         ),
-        resume=gpu_check.RunSummary(45, 11_000_000, 240.0, [gpu_check.Eval(11_000_000, 230.0, 2600.0)]),
+        resume=RunSummary(45, 11_000_000, 240.0, [Eval(11_000_000, 230.0, 2600.0)]),
         resume_start=9_000_000,
         curve="return_curve.png",
         mps="runtime.mps=auto: pql: MPS: a daemon of this run's own lets the roles share the GPU",
         unreleased=["resume"],
     )
-    report = gpu_check.build_report(INFO, results, fig, budget_s=560)
+    report = build_report(INFO, results, fig, budget_s=560)
     assert report.startswith("# pql GPU check, test")
     assert "**6 of 8 steps passed**" in report
     assert "| kernel tests | ok: 40 passed, 12 deselected in 31.20s | 40 s |" in report
@@ -310,15 +334,15 @@ def test_the_train_runs_evaluations_measure_their_targets(tmp_path):
             (5_000_000, 320.0, 7000.0, 1.2, 0.04),
         ],
     )
-    fig = gpu_check.Figures(train=gpu_check.run_summary(str(run), 300))
+    fig = Figures(train=run_summary(str(run), 300))
     assert fig.train.wall_s == 320.0 and fig.train.eval_s == [1.0, 3.0, 1.5, 1.2]
     assert [e.wall_s for e in fig.train.evals] == [100.0, 250.0, 299.0, 320.0]
-    gpu_check.write_targets_csv(str(tmp_path / "targets.csv"), fig, "NVIDIA H200")
+    write_targets_csv(str(tmp_path / "targets.csv"), fig, "NVIDIA H200")
     with open(tmp_path / "targets.csv", newline="") as f:
         header = f.readline().strip()
     assert header == "name,target,measured,unit,met,gpu"
-    rows = {r["name"]: r for r in gpu_check.read_csv(str(tmp_path / "targets.csv"))}
-    assert [r["name"] for r in gpu_check.read_csv(str(tmp_path / "targets.csv"))] == [t.name for t in gpu_check.TARGETS]
+    rows = {r["name"]: r for r in read_csv(str(tmp_path / "targets.csv"))}
+    assert [r["name"] for r in read_csv(str(tmp_path / "targets.csv"))] == [t.name for t in TARGETS]
     assert (rows["eval_s"]["measured"], rows["eval_s"]["met"]) == ("1.35", "true")
     assert (rows["eval_share"]["measured"], rows["eval_share"]["met"]) == ("0.04", "true")
     assert (rows["return_at_5_min"]["measured"], rows["return_at_5_min"]["met"]) == ("6500", "true")
@@ -326,12 +350,12 @@ def test_the_train_runs_evaluations_measure_their_targets(tmp_path):
     assert {r["gpu"] for r in rows.values()} == {"NVIDIA H200"}
 
     metrics_csv(run / "metrics.csv", [(1_000_000, 100.0, 3000.0, 1.0, 0.01), (3_000_000, 250.0, 6500.0, 3.0, 0.02)])
-    short = gpu_check.Figures(train=gpu_check.run_summary(str(run), 250))
-    assert gpu_check.return_by(short) is None  # ended before 300 s: not measured
+    short = Figures(train=run_summary(str(run), 250))
+    assert return_by(short) is None  # ended before 300 s: not measured
 
 
 def test_a_target_is_met_in_its_direction():
-    at_least = gpu_check.Target("x", "x", 10, "s", ">=", lambda fig: None)
+    at_least = Target("x", "x", 10, "s", ">=", lambda fig: None)
     at_most = dataclasses.replace(at_least, direction="<=")
     assert at_least.met(10) and at_least.met(11) and not at_least.met(9)
     assert at_most.met(10) and at_most.met(9) and not at_most.met(11)
@@ -339,10 +363,10 @@ def test_a_target_is_met_in_its_direction():
 
 def test_nothing_runs_without_budget(tmp_path):
     args = gpu_check.parse_args(["--out", str(tmp_path), "--budget-s", "1"])
-    check = gpu_check.Check(args, str(tmp_path), str(tmp_path / "runs"), INFO)
+    check = Check(args, str(tmp_path), str(tmp_path / "runs"), INFO)
     assert check.run_all() == 1
-    assert all(r.status == gpu_check.SKIPPED for r in check.results.values())
-    assert list(check.results) == list(gpu_check.STEPS)
+    assert all(r.status == SKIPPED for r in check.results.values())
+    assert list(check.results) == list(STEPS)
     report = (tmp_path / "report.md").read_text()
     assert "**0 of 7 steps passed**" in report and "of the budget left" in report
 
@@ -375,12 +399,12 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     out, runs = tmp_path / "report", tmp_path / "scratch"
     fake_train = tmp_path / "fake_train.py"
     fake_train.write_text(FAKE_TRAIN)
-    monkeypatch.setattr(gpu_check, "TRAIN", str(fake_train))
+    monkeypatch.setattr("bench.gpu.check.TRAIN", str(fake_train))
     args = gpu_check.parse_args(
         ["--out", str(out), "--runs-dir", str(runs), "--without-mps", "--train-seconds", "2", "--resume-seconds", "1"]
     )
     out.mkdir()
-    check = gpu_check.Check(args, str(out), str(runs), INFO)
+    check = Check(args, str(out), str(runs), INFO)
     env_csv = "task,row,device,num_envs,env_steps_per_s,error\nAnt,pql mjwarp,cuda,32768,1234567.0,\n"
     profile_csv = "task,row,device,num_envs,part,ms_per_step,share\n" + "".join(
         f"Ant,pql mjwarp,cuda,32768,{part},{ms},{ms / 40}\n"
@@ -432,7 +456,7 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
         "return_curve.png",
         "targets.csv",
     ]
-    assert len(gpu_check.FILES) <= 9
+    assert len(FILES) <= 9
     report = (out / "report.md").read_text()
     assert "**7 of 8 steps passed**" in report
     assert "ok: 3 passed, 2 deselected in 0.10s" in report
@@ -442,7 +466,7 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     assert "| critic updates/s, V-learner alone | 3,200 | 2,900 |" in report
     assert "- MPS in the learner bench's together run: runtime.mps=auto: pql: MPS not used: no daemon here" in report
     assert "median of the train run's: ≤ 2.0 s | 1.0 s | met |" in report
-    targets = {r["name"]: r for r in gpu_check.read_csv(str(out / "targets.csv"))}
+    targets = {r["name"]: r for r in read_csv(str(out / "targets.csv"))}
     assert targets["env_steps_per_s"] == {
         "name": "env_steps_per_s",
         "target": "1e+06",
@@ -468,7 +492,7 @@ def test_a_resume_that_starts_over_fails_the_check(tmp_path, monkeypatch):
     out, runs = tmp_path / "report", tmp_path / "runs"
     fake_train = tmp_path / "fake_train.py"
     fake_train.write_text(FAKE_TRAIN.replace('if "checkpoint" in overrides:', "if False:"))
-    monkeypatch.setattr(gpu_check, "TRAIN", str(fake_train))
+    monkeypatch.setattr("bench.gpu.check.TRAIN", str(fake_train))
     args = gpu_check.parse_args(
         [
             "--out",
@@ -485,7 +509,7 @@ def test_a_resume_that_starts_over_fails_the_check(tmp_path, monkeypatch):
         ]
     )
     out.mkdir()
-    check = gpu_check.Check(args, str(out), str(runs), INFO)
+    check = Check(args, str(out), str(runs), INFO)
     check.run_all()
     report = (out / "report.md").read_text()
     assert "Resume: **failed**: the resumed run never said it was resuming" in report
@@ -499,9 +523,9 @@ def test_a_run_that_leaves_shared_cuda_tensors_behind_is_reported(tmp_path, monk
     fake_train.write_text(
         FAKE_TRAIN
         + "sys.stderr.write('[W CudaIPCTypes.cpp:16] ' + %r)\n"
-        % (gpu_check.UNRELEASED_WARNING + ". See Note [Sharing CUDA tensors]\n")
+        % (UNRELEASED_WARNING + ". See Note [Sharing CUDA tensors]\n")
     )
-    monkeypatch.setattr(gpu_check, "TRAIN", str(fake_train))
+    monkeypatch.setattr("bench.gpu.check.TRAIN", str(fake_train))
     args = gpu_check.parse_args(
         [
             "--out",
@@ -518,7 +542,7 @@ def test_a_run_that_leaves_shared_cuda_tensors_behind_is_reported(tmp_path, monk
         ]
     )
     out.mkdir()
-    gpu_check.Check(args, str(out), str(runs), INFO).run_all()
+    Check(args, str(out), str(runs), INFO).run_all()
     report = (out / "report.md").read_text()
     assert "Shared CUDA tensors: **not released**: torch warned at the end of train and resume" in report
 
@@ -545,7 +569,7 @@ def test_bench_csvs_feed_the_report(tmp_path):
             "--profile-csv",
             str(profile_csv),
         ],
-        ["kernels.py", "--device", "cpu", "--batch", "16", "--log2-capacities", "6", "--csv", str(kernels_csv)],
+        ["kernel_speed.py", "--device", "cpu", "--batch", "16", "--log2-capacities", "6", "--csv", str(kernels_csv)],
     ):
         done = subprocess.run(
             [sys.executable, os.path.join(ROOT, "bench", argv[0]), *argv[1:]],
@@ -554,13 +578,94 @@ def test_bench_csvs_feed_the_report(tmp_path):
             timeout=300,
         )
         assert done.returncode == 0, done.stdout + done.stderr
-    fig = gpu_check.Figures(
-        env=gpu_check.read_csv(str(env_csv)),
-        env_profile=gpu_check.read_csv(str(profile_csv)),
-        kernels=gpu_check.read_csv(str(kernels_csv)),
+    fig = Figures(
+        env=read_csv(str(env_csv)),
+        env_profile=read_csv(str(profile_csv)),
+        kernels=read_csv(str(kernels_csv)),
     )
-    report = gpu_check.build_report(INFO, [], fig, budget_s=560)
+    report = build_report(INFO, [], fig, budget_s=560)
     assert "| pql mujoco | cpu | 2 |" in report
     assert re.search(r"\| pql mujoco \| cpu \| 2 \|( [\d.]+ ms \(\d+%\) \|){3} [\d.]+ ms \|", report), report
     assert "| SumTree update + sample, capacity 2^6, B=16 | not measured (no CUDA) |" in report
     assert "| V-trace, T=32, B=4096 | not measured (no CUDA) |" in report
+
+
+DOCS_TARGETS = os.path.join(ROOT, "docs", "gpu.md")
+
+
+def quoted(cell: str) -> tuple[str, float]:
+    """A target as a page writes it ("≥ 1,000,000 at N = 32,768", "≤ 5%", "≥ 20×") -> (direction, value)."""
+    match = re.search(r"([≥≤]) ([\d,.]+)\s*(%?)", cell)
+    assert match, cell
+    value = float(match.group(2).replace(",", "")) / (100 if match.group(3) else 1)
+    return (">=" if match.group(1) == "≥" else "<="), value
+
+
+def test_docs_gpu_md_has_the_generated_targets_table():
+    # On failure: python -m bench.gpu.targets docs/gpu.md
+    with open(DOCS_TARGETS, encoding="utf-8") as f:
+        text = f.read()
+    assert text.count(DOCS_START) == 1 and text.count(DOCS_END) == 1
+    assert text.split(DOCS_START)[1].split(DOCS_END)[0] == f"\n\n{docs_table()}\n\n"
+    assert [t.name for t in TARGETS] == [line.split("`")[1] for line in docs_table().splitlines()[2:]]
+
+
+# docs/gpu.md's Current figures: the start of a row's figure cell -> the target its target cell quotes.
+FIGURE_ROWS = {
+    "Ant env steps/s": "env_steps_per_s",
+    "critic updates/s alone": "critic_updates_per_s",
+    "policy updates/s alone": "policy_updates_per_s",
+    "three roles together / bound": "together_efficiency",
+    "the same under MPS": "together_efficiency",
+    "Triton sum-tree update + sample": "sumtree_us",
+    "Triton V-trace": "vtrace_speedup",
+    "Ant evaluation (10 episodes)": "eval_s",
+    "share of a run's wall time spent evaluating": "eval_share",
+    "Ant training return": "return_at_5_min",
+}
+
+
+def test_docs_current_figures_quote_the_targets():
+    targets = {t.name: t for t in TARGETS}
+    with open(DOCS_TARGETS, encoding="utf-8") as f:
+        section = f.read().split("## Current figures")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and " | " in line]
+    seen = set()
+    for figure, target_cell, *_ in rows[1:]:
+        name = next((n for start, n in FIGURE_ROWS.items() if figure.lstrip("| ").startswith(start)), None)
+        if name is None:
+            continue
+        seen.add(name)
+        assert quoted(target_cell) == (targets[name].direction, targets[name].value), (figure, target_cell)
+        if name == "env_steps_per_s":
+            assert f"N = {TARGET_ENVS:,}" in target_cell
+        if name in ("critic_updates_per_s", "policy_updates_per_s"):
+            assert f"batch {BATCH:,}" in figure
+        if name == "return_at_5_min":
+            assert f"by {RETURN_BY_S / 60:g} minutes" in target_cell
+    assert seen == set(targets)  # every target has its row
+
+
+# Sentences of README and the docs that quote a target: the target's number as a regex group, and
+# the factor from the number as written to the target's value.
+QUOTES = [
+    ("README.md", r"updates/s against a target of ([\d,]+)", "critic_updates_per_s", 1),
+    ("README.md", r"M steps/s against ([\d.]+)M", "env_steps_per_s", 1e6),
+    ("README.md", r"slower than its ([\d,]+) µs target", "sumtree_us", 1),
+    ("README.md", r"takes at most (\d+)% of a run's wall time", "eval_share", 0.01),
+    ("docs/kernels.md", r"V-trace at least (\d+) times as fast as the PyTorch recursion", "vtrace_speedup", 1),
+    ("docs/kernels.md", r"capacity 2\^23 within ([\d,]+) µs", "sumtree_us", 1),
+    ("docs/benchmarks.md", r"The target, ≥ ([\d,]+) env steps/s at N = 32,768", "env_steps_per_s", 1),
+    ("docs/benchmarks.md", r"in a 2\^23 tree ≤ ([\d,]+) µs", "sumtree_us", 1),
+    ("docs/benchmarks.md", r"V-trace ≥ (\d+)× the PyTorch recursion", "vtrace_speedup", 1),
+]
+
+
+@pytest.mark.parametrize("path, pattern, name, factor", QUOTES)
+def test_readme_and_docs_quote_the_targets(path, pattern, name, factor):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        text = " ".join(f.read().split())  # a sentence may wrap anywhere
+    match = re.search(pattern, text)
+    assert match, f"{path} no longer says {pattern!r}: update QUOTES with its new wording"
+    target = next(t for t in TARGETS if t.name == name)
+    assert float(match.group(1).replace(",", "")) * factor == pytest.approx(target.value), (path, match.group(0))

@@ -1,7 +1,7 @@
 """Kernel benchmark: prints a Markdown table (the one in docs/kernels.md).
 
-    python bench/kernels.py                 # CUDA if available, else CPU
-    python bench/kernels.py --device cpu [--batch 8192] [--log2-capacities 20 23] [--csv PATH]
+    python bench/kernel_speed.py                  # CUDA if available, else CPU
+    python bench/kernel_speed.py --device cpu [--batch 8192] [--log2-capacities 20 23] [--csv PATH]
 
 Rows: one prioritized-replay step (update B priorities, then draw B) for capacities 2^20 and
 2^23 at B = 8192, as a bare SumTree and through PrioritizedSampler (which adds the priority
@@ -26,8 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from learner import CsvRows
-
+from bench.learner import CsvRows
 from pql.kernels import INTERPRETING, SumTree, nstep_returns, vtrace
 from pql.replay.prioritized import PrioritizedSampler
 
