@@ -20,7 +20,7 @@ only: a role that may not run waits (pql/runtime/waiting.py) until one holds.
 
 from __future__ import annotations
 
-from pql.runtime.shared import RunCounters, RunStats
+from pql.runtime.shared import RunCounters, RunStats, SharedState
 
 
 class RatioCounters(RunCounters):
@@ -34,17 +34,15 @@ class RatioCounters(RunCounters):
     warmup_steps             actor steps of warm-up in this launch, not counted in the ratios (main)
     """
 
-    entries = (
-        "actor_steps",
-        "critic_updates",
-        "policy_updates",
-        "consumed_v",
-        "consumed_p",
-        "launch_actor_steps",
-        "launch_critic_updates",
-        "launch_policy_updates",
-        "warmup_steps",
-    )
+    actor_steps: int
+    critic_updates: int
+    policy_updates: int
+    consumed_v: int
+    consumed_p: int
+    launch_actor_steps: int
+    launch_critic_updates: int
+    launch_policy_updates: int
+    warmup_steps: int
     persistent = RunCounters.persistent + ("actor_steps", "critic_updates", "policy_updates")
     progress = ("actor_steps", "critic_updates", "policy_updates", "consumed_v", "consumed_p")
 
@@ -62,7 +60,10 @@ class LearnerStats(RunStats):
     batch) and policy_version_lag (versions the V-learner's policy copy is behind) from the
     V-learner; policy_loss from the P-learner."""
 
-    entries = ("critic_loss", "policy_loss", "q_mean", "policy_version_lag")
+    critic_loss: float
+    policy_loss: float
+    q_mean: float
+    policy_version_lag: float
 
 
 class RatioController:
@@ -129,3 +130,6 @@ class RatioController:
             and c["critic_updates"] > c["launch_critic_updates"]
             and c["policy_updates"] > c["launch_policy_updates"]
         )
+
+
+PQLShared = SharedState[RatioCounters, LearnerStats]  # what PQL's three roles share

@@ -135,6 +135,7 @@ def _run(settings: RunSettings, replicas: Replicas) -> dict:
     resume = load_resume(settings.resume, replicas.world)
     runner_cls = load_runner(settings.algo)
     if settings.resume.test:
+        assert resume is not None, "test=true without a checkpoint is a config error (pql.config)"
         return evaluate_checkpoint(settings, runner_cls, eval_env, resume)
     runner: Runner = runner_cls(settings.runner, device, obs_dim, act_dim, resume)
     if resume is not None:
@@ -299,6 +300,7 @@ class Monitor:
         """Log an evaluation that has ended, and start the one that is due (at the end: wait for the
         one under way, then evaluate the final policy unless that one was)."""
         evaluator = self.evaluator
+        assert evaluator is not None, "rank 0, which evaluates, has a logger"
         self._take(evaluator.wait() if final else evaluator.poll(), env_steps)
         version = self.runner.policy_version()
         if not version:
@@ -321,6 +323,7 @@ class Monitor:
     def _start_evaluation(self, env_steps: int) -> None:
         """Evaluate the newest policy with the newest observation statistics."""
         policy, normalizer, version = self.runner.latest_policy()
+        assert self.evaluator is not None
         self.evaluator.start(policy, normalizer, version, env_steps)
 
     def _eval_within_share(self) -> bool:
@@ -367,6 +370,7 @@ class Monitor:
 
     def _log(self, env_steps: int, scalars: dict) -> None:
         scalars = {k: float(v) for k, v in scalars.items()}
+        assert self.logger is not None, "only rank 0 logs"
         self.logger.log(env_steps, scalars)
         self.latest.update(scalars)
 

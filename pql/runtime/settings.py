@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
-from pql.config import ALGORITHMS, Config, OffPolicyConfig, ReplayConfig, TaskConfig, to_dict
+from pql.config import (
+    ALGORITHMS,
+    Config,
+    ImpalaConfig,
+    OffPolicyConfig,
+    PPOConfig,
+    ReplayConfig,
+    TaskConfig,
+    to_dict,
+)
 from pql.logging import WandbSettings
 from pql.logging.console_log import TRAIN_LOG
 from pql.replay.nstep import keeps_first_step
@@ -151,8 +161,13 @@ class OffPolicySettings:
     v_learner: VLearnerSettings
     p_learner: PLearnerSettings
 
-    def role(self, name: str) -> ActorSettings | VLearnerSettings | PLearnerSettings:
-        return {"actor": self.actor, "v_learner": self.v_learner, "p_learner": self.p_learner}[name]
+    def role(self, name: str) -> ActorSettings | LearnerSettings:
+        roles: dict[str, ActorSettings | LearnerSettings] = {
+            "actor": self.actor,
+            "v_learner": self.v_learner,
+            "p_learner": self.p_learner,
+        }
+        return roles[name]
 
 
 @dataclass(frozen=True)
@@ -160,7 +175,7 @@ class OnPolicySettings:
     """PPO's and IMPALA's runner: the algorithm's section, its envs and budget, and how its
     actor process (IMPALA in process mode) runs."""
 
-    algo: object  # PPOConfig or ImpalaConfig: the algorithm's own section
+    algo: PPOConfig | ImpalaConfig
     device: torch.device
     process_mode: bool
     envs: EnvSettings
@@ -222,6 +237,16 @@ class RunSettings:
     runner: OffPolicySettings | OnPolicySettings
 
 
+T = TypeVar("T")
+
+
+def given(value: T | None) -> T:
+    """A setting the config leaves null for the device to choose (on_device), chosen by the time
+    the settings are built: pql.config fills it in as it resolves the devices."""
+    assert value is not None, "settings are built from a resolved config"
+    return value
+
+
 def run_settings(cfg: Config, device: torch.device, replicas: Replicas) -> RunSettings:
     """The settings of a run of the resolved `cfg` on `device`, for this replica."""
     runtime = cfg.runtime
@@ -242,15 +267,15 @@ def run_settings(cfg: Config, device: torch.device, replicas: Replicas) -> RunSe
         logger=LoggerSettings(
             cfg.run_dir,
             to_dict(cfg),
-            runtime.max_env_steps,
+            given(runtime.max_env_steps),
             WandbSettings(**vars(cfg.wandb)) if cfg.wandb.activate else None,
             runtime.log_every_s,
             runtime.max_time_s,
         ),
         monitor=MonitorSettings(
-            runtime.eval_every,
+            given(runtime.eval_every),
             runtime.eval_max_share,
-            runtime.checkpoint_every,
+            given(runtime.checkpoint_every),
             runtime.log_every_s,
             runtime.max_time_s,
             runtime.stop_at_return,
@@ -273,34 +298,36 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
     algo, runtime, replay = cfg.algo, cfg.runtime, cfg.replay
     assert isinstance(algo, OffPolicyConfig)
     first_step = keeps_first_step(algo)
-    learner = {"seed": process.seed, "capacity": replay.capacity, "batch_size": algo.batch_size}
+    seed, capacity, batch_size = process.seed, given(replay.capacity), given(algo.batch_size)
     return OffPolicySettings(
         algo=algo,
         process_mode=runtime.mode == "process",
         warmup_steps=algo.warmup_steps,
         ring_slots=runtime.max_lag + STAGING_SLOTS_EXTRA,
-        num_envs=cfg.task.num_envs,
+        num_envs=given(cfg.task.num_envs),
         keeps_first_step=first_step,
         delivered=DELIVERED if algo.policy_average else POLICY,
         ratios=RatioSettings(algo.beta_av, algo.beta_pv, runtime.max_lag, algo.early_beta_av, algo.early_steps),
         process=process,
         actor=ActorSettings(
-            device=torch.device(runtime.actor_device),
-            envs=EnvSettings(cfg.task, cfg.task.num_envs, process.seed),
-            max_env_steps=runtime.max_env_steps,
+            device=torch.device(given(runtime.actor_device)),
+            envs=EnvSettings(cfg.task, given(cfg.task.num_envs), process.seed),
+            max_env_steps=given(runtime.max_env_steps),
             pull_every=runtime.actor_pull_every,
             precision=cfg.actor.precision,
-            nstep=algo.nstep,
+            nstep=given(algo.nstep),
             gamma=algo.gamma,
             priority_eta=replay.priority_eta if replay.actor_priorities else None,
             keeps_first_step=first_step,
             reward_scale=algo.reward_scale,
         ),
         v_learner=VLearnerSettings(
-            device=torch.device(runtime.v_learner_device),
-            **learner,
+            device=torch.device(given(runtime.v_learner_device)),
+            seed=seed,
+            capacity=capacity,
+            batch_size=batch_size,
             publish_every=runtime.critic_publish_every,
-            compile=runtime.compile,
+            compile=given(runtime.compile),
             replay=replay,
             keeps_first_step=first_step,
             staged_priorities=replay.actor_priorities,
@@ -309,10 +336,12 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             max_critic_loss=runtime.max_critic_loss,
         ),
         p_learner=PLearnerSettings(
-            device=torch.device(runtime.p_learner_device),
-            **learner,
+            device=torch.device(given(runtime.p_learner_device)),
+            seed=seed,
+            capacity=capacity,
+            batch_size=batch_size,
             publish_every=runtime.policy_publish_every,
-            compile=runtime.compile,
+            compile=given(runtime.compile),
             policy_average=algo.policy_average,
         ),
     )
@@ -320,12 +349,13 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
 
 def on_policy_settings(cfg: Config, device: torch.device, process: ProcessSettings) -> OnPolicySettings:
     runtime = cfg.runtime
+    assert isinstance(cfg.algo, (PPOConfig, ImpalaConfig))
     return OnPolicySettings(
         algo=cfg.algo,
         device=device,
         process_mode=runtime.mode == "process",
-        envs=EnvSettings(cfg.task, cfg.task.num_envs, process.seed),
-        max_env_steps=runtime.max_env_steps,
+        envs=EnvSettings(cfg.task, given(cfg.task.num_envs), process.seed),
+        max_env_steps=given(runtime.max_env_steps),
         publish_every=runtime.policy_publish_every,
         process=process,
     )

@@ -4,8 +4,10 @@ statistics, a ring of staged data, versioned weights, and the supervisor's queue
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 
@@ -25,16 +27,21 @@ class _Entry:
 
 
 class SharedValues:
-    """A small tensor in shared memory whose entries are named by `entries` (a subclass's entries
-    follow its bases'). dtype: int64 for counters, float64 for statistics."""
+    """A small tensor in shared memory whose entries are a subclass's attributes annotated `int`
+    or `float` (typed for mypy; a subclass's entries follow its bases'). dtype: int64 for
+    counters, float64 for statistics."""
 
     dtype = torch.int64
-    entries: tuple = ()
-    index: dict[str, int] = {}
+    index: ClassVar[dict[str, int]] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        names = [name for klass in reversed(cls.__mro__) for name in vars(klass).get("entries", ())]
+        names = [
+            name
+            for klass in reversed(cls.__mro__)
+            for name, hint in inspect.get_annotations(klass).items()
+            if hint in ("int", "float")
+        ]
         cls.index = {name: i for i, name in enumerate(names)}
         for name, i in cls.index.items():
             setattr(cls, name, _Entry(i))
@@ -66,9 +73,14 @@ class RunCounters(SharedValues):
     whose change is progress for the stall check (`progress`, see waiting.Waiter).
     """
 
-    entries = ("stop", "checkpoint_request", "finish", "env_steps", "episodes", "actor_done")
-    persistent = ("env_steps", "episodes")
-    progress = ()
+    stop: int
+    checkpoint_request: int
+    finish: int
+    env_steps: int
+    episodes: int
+    actor_done: int
+    persistent: ClassVar[tuple[str, ...]] = ("env_steps", "episodes")
+    progress: ClassVar[tuple[str, ...]] = ()
 
 
 class RunStats(SharedValues):
@@ -76,18 +88,26 @@ class RunStats(SharedValues):
     their losses."""
 
     dtype = torch.float64
-    entries = ("train_return", "train_length")
+    train_return: float
+    train_length: float
+
+
+Counters = TypeVar("Counters", bound="RunCounters")
+Stats = TypeVar("Stats", bound="RunStats")
 
 
 @dataclass
-class SharedState:
-    counters: RunCounters
-    stats: RunStats
+class SharedState(Generic[Counters, Stats]):
+    """Typed by its runner's counters and statistics: SharedState[RatioCounters, LearnerStats] for
+    PQL's roles, SharedState[QueueCounters, RunStats] for IMPALA's."""
+
+    counters: Counters
+    stats: Stats
     ring: dict  # {field: [slots, ...]} on the device: what the actor hands on
     weights: dict  # {name: SharedWeights}, each on its writer's device
     wakeup: Wakeup | None = None  # how roles wake each other (None in one process)
-    errors: object = None  # queue of (role, traceback) from failing roles
-    checkpoint_parts: object = None  # queue of (request id, role, serialized state)
+    errors: Any = None  # multiprocessing queue of (role, traceback) from failing roles
+    checkpoint_parts: Any = None  # multiprocessing queue of (request id, role, serialized state)
 
     def release(self) -> None:
         """Drop this process's references to the ring and the weights. Each role process must,
@@ -118,15 +138,15 @@ def alloc_tensors(spec: dict, leading: tuple, device) -> dict:
 
 
 def make_shared_state(
-    counters: RunCounters,
-    stats: RunStats,
+    counters: Counters,
+    stats: Stats,
     ring_spec: dict,
     ring_shape: tuple,
     ring_device,
     weights: dict,
     roles: tuple[str, ...],
     ctx=None,
-) -> SharedState:
+) -> SharedState[Counters, Stats]:
     """ring_shape: the leading dimensions of every ring field ((slots, num_envs) or (slots, T, N)),
     on the device of the role that writes it; weights: {name: SharedWeights}, each on its writer's
     device; roles: the names of the role processes that wait; ctx: a multiprocessing context, None

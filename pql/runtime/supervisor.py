@@ -131,7 +131,7 @@ class ProcessRuntime:
         request = counters.checkpoint_request
         counts = counters.as_dict()
         self.shared.wake()
-        states = {}
+        states: dict[str, dict] = {}
         while len(states) < len(self.procs):
             self.check()
             try:

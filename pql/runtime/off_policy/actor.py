@@ -11,14 +11,13 @@ from pql.envs import build_env, to_env_action
 from pql.nets import ObsNormalizer
 from pql.replay.nstep import NStepWindow
 from pql.runtime.contracts import CRITIC, NORMALIZER, POLICY
-from pql.runtime.control import RatioController
+from pql.runtime.control import PQLShared, RatioController
 from pql.runtime.device import InFlight
 from pql.runtime.distributed import FINISH_CHECK_EVERY, ReplicaGroup
 from pql.runtime.divergence import finite_actions
 from pql.runtime.episodes import EpisodeStats
 from pql.runtime.off_policy.precision import InferenceCopy
 from pql.runtime.settings import ActorSettings
-from pql.runtime.shared import SharedState
 from pql.runtime.weight_sync import WeightsReader
 
 EPISODE_REPORT_EVERY = 16  # actor steps between reports of the training episodes (a host sync on CUDA)
@@ -30,7 +29,7 @@ class Actor:
     def __init__(
         self,
         settings: ActorSettings,
-        shared: SharedState,
+        shared: PQLShared,
         rules,
         ratios: RatioController,
         fresh_start: bool,

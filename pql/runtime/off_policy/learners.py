@@ -15,12 +15,11 @@ from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer, make_sampler
 from pql.replay.nstep import transition_spec
 from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY
-from pql.runtime.control import RatioController
+from pql.runtime.control import PQLShared, RatioController
 from pql.runtime.device import InFlight, host_values
 from pql.runtime.distributed import ReplicaGroup
 from pql.runtime.divergence import check_values
 from pql.runtime.settings import LearnerSettings, PLearnerSettings, VLearnerSettings
-from pql.runtime.shared import SharedState
 from pql.runtime.weight_sync import WeightsReader
 
 LOSS_REPORT_EVERY = 50  # updates between reports of the losses (a host sync on CUDA)
@@ -50,15 +49,17 @@ class _Learner(Checkpointable):
 
     consumed_counter: str  # the counter of staged batches this learner has copied
     update_counter: str  # the counter of this learner's updates
-    fields: tuple
+    fields: tuple[str, ...]
     publishes: tuple[str, ...]
+    state_attrs: tuple[str, ...]
+    optim: torch.optim.Optimizer
     publish_every: int
     staged_priorities = False  # whether new items take the priorities the actor staged
 
     def __init__(
         self,
         settings: LearnerSettings,
-        shared: SharedState,
+        shared: PQLShared,
         rules,
         ratios: RatioController,
         obs_dim: int,
@@ -116,6 +117,14 @@ class _Learner(Checkpointable):
             self._report(info)
         self.shared.add(self.update_counter)
 
+    def _update(self) -> dict:
+        """One update of this learner's network from a sampled batch. -> its scalars."""
+        raise NotImplementedError
+
+    def _report(self, info: dict) -> None:
+        """Post the update's losses to the shared statistics, checked (Diverged)."""
+        raise NotImplementedError
+
     def _optimise(self, loss: torch.Tensor) -> None:
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -143,7 +152,7 @@ class VLearner(_Learner):
     def __init__(
         self,
         settings: VLearnerSettings,
-        shared: SharedState,
+        shared: PQLShared,
         rules,
         ratios: RatioController,
         obs_dim: int,
@@ -200,13 +209,13 @@ class PLearner(_Learner):
     name = "p_learner"
     consumed_counter, update_counter = "consumed_p", "policy_updates"
     fields = ("obs",)
-    publishes = (POLICY,)
-    state_attrs = ("policy", "optim")
+    publishes: tuple[str, ...] = (POLICY,)
+    state_attrs: tuple[str, ...] = ("policy", "optim")
 
     def __init__(
         self,
         settings: PLearnerSettings,
-        shared: SharedState,
+        shared: PQLShared,
         rules,
         ratios: RatioController,
         obs_dim: int,

@@ -9,13 +9,13 @@ from pql.config import ALGORITHMS, ROLE_NAMES, OffPolicyConfig
 from pql.nets import ObsNormalizer
 from pql.replay.nstep import staging_spec
 from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY, Role
-from pql.runtime.control import LearnerStats, RatioController, RatioCounters
+from pql.runtime.control import LearnerStats, PQLShared, RatioController, RatioCounters
 from pql.runtime.device import use_device
 from pql.runtime.distributed import Replicas, role_group
 from pql.runtime.off_policy.actor import Actor
 from pql.runtime.off_policy.learners import PLearner, VLearner
 from pql.runtime.settings import OffPolicySettings, RatioSettings
-from pql.runtime.shared import SharedState, make_shared_state
+from pql.runtime.shared import make_shared_state
 from pql.runtime.supervisor import hand_in, role_process
 from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights
@@ -26,7 +26,7 @@ def make_rules(algo: OffPolicyConfig, obs_dim: int, act_dim: int):
     return ALGORITHMS[algo.name].load_rules()(algo, obs_dim, act_dim)
 
 
-def make_shared(settings: OffPolicySettings, rules, obs_dim: int, act_dim: int, ctx=None) -> SharedState:
+def make_shared(settings: OffPolicySettings, rules, obs_dim: int, act_dim: int, ctx=None) -> PQLShared:
     """What the three roles share, each part on its writer's device: the ring and the observation
     statistics on the actor's, the critic on the V-learner's, the policy on the P-learner's
     (ctx: a multiprocessing context, None for one process)."""
@@ -51,7 +51,7 @@ def make_shared(settings: OffPolicySettings, rules, obs_dim: int, act_dim: int, 
     )
 
 
-def make_ratios(settings: RatioSettings, shared: SharedState) -> RatioController:
+def make_ratios(settings: RatioSettings, shared: PQLShared) -> RatioController:
     return RatioController(
         shared.counters,
         settings.beta_av,
@@ -65,7 +65,7 @@ def make_ratios(settings: RatioSettings, shared: SharedState) -> RatioController
 def build_role(
     name: str,
     settings: OffPolicySettings,
-    shared: SharedState,
+    shared: PQLShared,
     rules,
     ratios: RatioController,
     obs_dim: int,
@@ -83,7 +83,7 @@ def build_role(
 
 
 def role_main(
-    name: str, settings: OffPolicySettings, shared: SharedState, obs_dim: int, act_dim: int, resume: dict | None
+    name: str, settings: OffPolicySettings, shared: PQLShared, obs_dim: int, act_dim: int, resume: dict | None
 ) -> None:
     """Entry point of a role process. The role lives in serve(), whose frame ends, and with it the
     role's hold on the shared tensors, before role_process releases them."""
@@ -93,7 +93,7 @@ def role_main(
 
 
 def serve(
-    name: str, settings: OffPolicySettings, shared: SharedState, obs_dim: int, act_dim: int, resume: dict | None
+    name: str, settings: OffPolicySettings, shared: PQLShared, obs_dim: int, act_dim: int, resume: dict | None
 ) -> None:
     """Build role `name` and run it until the run stops, answering checkpoint requests."""
     use_device(settings.role(name).device)
@@ -105,6 +105,7 @@ def serve(
     if resume is not None:
         role.load_state_dict(resume["roles"][name])
     waits = settings.process.waits
+    assert shared.wakeup is not None, "a role process waits on the wakeup its runner made for it"
     waiter = Waiter(shared.counters, shared.wakeup, name, waits.stall_s, waits.startup_s, ratios.started)
     # Requests are numbered from 1 in each launch; one made while this role was starting is
     # still answered (reading the counter here instead would skip it, and the main process

@@ -82,14 +82,14 @@ class OffPolicyRunner:
         while not self.counters.actor_done:
             if monitor.should_stop():
                 self.counters.finish = 1  # the actor finishes at its next agreement (distributed.py)
-            self._supervise(monitor)
+            self._supervise(self.processes, monitor)
         while not self.ratios.caught_up():  # the learners' last updates
-            self._supervise(monitor)
+            self._supervise(self.processes, monitor)
         self.processes.check()
         monitor.tick(final=True)
 
-    def _supervise(self, monitor) -> None:
-        self.processes.check()
+    def _supervise(self, processes: ProcessRuntime, monitor) -> None:
+        processes.check()
         monitor.tick()
         time.sleep(POLL_S)
 

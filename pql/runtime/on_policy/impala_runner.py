@@ -16,6 +16,7 @@ import torch
 
 from pql.algos.impala import Impala
 from pql.algos.ppo import make_gaussian_policy
+from pql.config import ImpalaConfig
 from pql.envs import build_env
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, POLICY
@@ -34,7 +35,8 @@ class QueueCounters(RunCounters):
     """published: trajectory batches the actor has put in the queue (writer: actor); taken: those
     the learner has taken out (writer: learner)."""
 
-    entries = ("published", "taken")
+    published: int
+    taken: int
     progress = ("published", "taken")
 
 
@@ -64,7 +66,16 @@ def trajectory_ring_spec(obs_dim: int, act_dim: int) -> dict:
 WAITING_ROLES = ("actor", "learner")  # the actor process, and the learner in the main process
 
 
-def make_waiter(waits: Waits, shared: SharedState, queue: TrajectoryQueue, role: str) -> Waiter:
+ImpalaShared = SharedState[QueueCounters, RunStats]  # what IMPALA's actor and learner share
+
+
+def impala_section(settings: OnPolicySettings) -> ImpalaConfig:
+    assert isinstance(settings.algo, ImpalaConfig)
+    return settings.algo
+
+
+def make_waiter(waits: Waits, shared: ImpalaShared, queue: TrajectoryQueue, role: str) -> Waiter:
+    assert shared.wakeup is not None, "IMPALA's actor and learner wait on the wakeup the runner made"
     return Waiter(shared.counters, shared.wakeup, role, waits.stall_s, waits.startup_s, queue.started)
 
 
@@ -72,8 +83,9 @@ class ImpalaActor:
     """Rolls out T-step trajectories into free queue slots with its lagging policy copy μ. With
     several replicas, the actors agree before each trajectory on whether to finish."""
 
-    def __init__(self, settings: OnPolicySettings, shared: SharedState, queue: TrajectoryQueue, device):
+    def __init__(self, settings: OnPolicySettings, shared: ImpalaShared, queue: TrajectoryQueue, device):
         self.settings, self.shared, self.queue, self.device = settings, shared, queue, device
+        self.unroll = impala_section(settings).unroll
         self.group = role_group(Replicas.from_env(), "actor", device, settings.process.waits.stall_s)
         self.finished = False
         envs = settings.envs
@@ -109,11 +121,11 @@ class ImpalaActor:
         shared.weights[NORMALIZER].publish(self.worker.normalizer)
         self.worker.episodes.report(shared)
         synchronize(self.device)  # the slot is whole before it is published: one wait per trajectory
-        c.env_steps += self.settings.algo.unroll * self.settings.envs.num_envs
+        c.env_steps += self.unroll * self.settings.envs.num_envs
         shared.add("published")
 
 
-def actor_main(settings: OnPolicySettings, shared: SharedState) -> None:
+def actor_main(settings: OnPolicySettings, shared: ImpalaShared) -> None:
     """Entry point of the actor process (its actor lives in serve_actor, as role_main's role does).
     The learner runs in the main process: the actor gets half the cores."""
     process = settings.process
@@ -121,12 +133,12 @@ def actor_main(settings: OnPolicySettings, shared: SharedState) -> None:
         serve_actor(settings, shared)
 
 
-def serve_actor(settings: OnPolicySettings, shared: SharedState) -> None:
+def serve_actor(settings: OnPolicySettings, shared: ImpalaShared) -> None:
     """Build the IMPALA actor and fill trajectory slots until the run stops."""
     device = use_device(settings.device)
     # A resumed run does not replay the noise of the first launch.
     torch.manual_seed(settings.process.seed + 1 + shared.counters.env_steps)
-    queue = TrajectoryQueue(shared.counters, settings.algo.queue_size)
+    queue = TrajectoryQueue(shared.counters, impala_section(settings).queue_size)
     actor = ImpalaActor(settings, shared, queue, device)
     waiter = make_waiter(settings.process.waits, shared, queue, "actor")
     while waiter.wait(actor.ready, lambda: None, "a free trajectory slot"):
@@ -138,7 +150,7 @@ class ImpalaRunner(OnPolicyRunner):
 
     def __init__(self, settings: OnPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
         super().__init__(settings, device, obs_dim, act_dim, resume)
-        algo = settings.algo
+        algo = impala_section(settings)
         self.ctx = None
         if settings.process_mode:
             import torch.multiprocessing as mp
@@ -160,16 +172,15 @@ class ImpalaRunner(OnPolicyRunner):
         self.shared.weights[NORMALIZER].publish(self.normalizer, wait=True)
         self.normalizer_reader = WeightsReader(self.shared.weights[NORMALIZER], self.normalizer)
         self.queue = TrajectoryQueue(self.counters, algo.queue_size)
-        self.waiter = make_waiter(settings.process.waits, self.shared, self.queue, "learner")
         self.lag_sum = self.lag_count = 0
-        self.processes = None
+        self.processes: ProcessRuntime | None = None
 
     def run(self, monitor) -> None:
         if self.ctx is None:
             actor = ImpalaActor(self.settings, self.shared, self.queue, self.device)
             self._learn(monitor, lambda: actor.ready() and actor.step())
             return
-        self.processes = ProcessRuntime(
+        self.processes = processes = ProcessRuntime(
             self.shared,
             {
                 "actor": self.ctx.Process(
@@ -180,16 +191,17 @@ class ImpalaRunner(OnPolicyRunner):
                 )
             },
         )
-        self.processes.start()
+        processes.start()
+        waiter = make_waiter(self.settings.process.waits, self.shared, self.queue, "learner")
 
         def fill() -> None:
-            self.processes.check()
-            if not self.waiter.wait(
+            processes.check()
+            if not waiter.wait(
                 lambda: self.queue.slot_full() or bool(self.counters.actor_done),
-                self.processes.check,
+                processes.check,
                 "a trajectory from the actor",
             ):
-                self.processes.check()  # stopped: only a failing actor stops the run early
+                processes.check()  # stopped: only a failing actor stops the run early
 
         self._learn(monitor, fill)
 

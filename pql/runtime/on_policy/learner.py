@@ -42,6 +42,10 @@ class OnPolicyRunner:
         self.updates = self.resumed["updates"]
         self.info: dict = {}  # the latest update's scalars
 
+    def progress(self) -> tuple[int, int]:
+        """(this replica's env steps, training episodes) so far."""
+        raise NotImplementedError
+
     def _learned(self, info: dict) -> None:
         """Keep the scalars of the update just made, after checking its losses (Diverged)."""
         losses = {k: v for k, v in info.items() if k.startswith("loss/")}

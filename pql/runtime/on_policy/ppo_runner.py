@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pql.algos.ppo import PPO
+from pql.config import PPOConfig
 from pql.envs import build_env
 from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
@@ -14,8 +15,10 @@ class PPORunner(OnPolicyRunner):
     learner_cls = PPO
 
     def __init__(self, settings: OnPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
-        envs = settings.envs
-        T, N = settings.algo.horizon, envs.num_envs
+        envs, algo = settings.envs, settings.algo
+        assert isinstance(algo, PPOConfig)
+        self.algo = algo
+        T, N = algo.horizon, envs.num_envs
         super().__init__(settings, device, obs_dim, act_dim, resume)
         self.env_steps = self.resumed["env_steps"]
         self.env = build_env(envs.task, N, device, envs.seed)
@@ -23,7 +26,7 @@ class PPORunner(OnPolicyRunner):
         self.rollout = alloc_tensors(trajectory_spec(obs_dim, act_dim), (T, N), device)
 
     def run(self, monitor) -> None:
-        settings, algo = self.settings, self.settings.algo
+        settings, algo = self.settings, self.algo
         # The replicas agree on stopping early.
         while not self.replicas.budget_spent(self.env_steps, settings.max_env_steps) and not self.group.any(
             monitor.should_stop()
