@@ -90,10 +90,10 @@ def _stop_signals_held():
             signal.raise_signal(caught[0])
 
 
-def _reason(error: Exception) -> str:
+def _reason(error: BaseException) -> str:
     """The innermost cause's words: torch.save wraps the file system's error in its own."""
-    while error.__cause__ is not None or error.__context__ is not None:
-        error = error.__cause__ or error.__context__
+    while (inner := error.__cause__ or error.__context__) is not None:
+        error = inner
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return (str(error).splitlines() or [type(error).__name__])[0]

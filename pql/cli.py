@@ -17,6 +17,7 @@ import itertools
 import os
 import tempfile
 import textwrap
+from typing import cast
 
 from pql.config import ConfigError
 
@@ -226,11 +227,13 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
         except ConfigCompositionException as e:
             # An override of a key the config does not have: name the keys there are instead.
             chosen = [arg for arg in job if arg.partition("=")[0] in groups]
-            _check_keys(job, OmegaConf.to_container(_compose(config_dir, config_name, chosen), resolve=False), groups)
+            # A DictConfig's container is a dict (to_container is typed for any node).
+            tree = cast(dict, OmegaConf.to_container(_compose(config_dir, config_name, chosen), resolve=False))
+            _check_keys(job, tree, groups)
             raise ConfigError("override", " ".join(job), str(e).splitlines()[0]) from e
         settings = OmegaConf.masked_copy(composed, [key for key in composed if key != "hydra"])
         settings.run_dir = "."  # Hydra's own output directory, which is not made yet
-        cfg = load_config(OmegaConf.to_container(settings, resolve=True))
+        cfg = load_config(cast(dict, OmegaConf.to_container(settings, resolve=True)))
         apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world, announce=False)
         load_resume(resume_settings(cfg), replicas.world)
         cfgs.append(cfg)

@@ -4,7 +4,8 @@
 #                                           learning tests, the chaos test and other long runs)
 #   bash tests/run.sh --all [pytest args]   every test: what CI runs (.ci/run)
 # Each tier runs, in order:
-#   0. the static checks: ruff's lint and format check (pyproject.toml);
+#   0. the static checks: ruff's lint and format check, and mypy's type check of pql/ (all three
+#      configured in pyproject.toml);
 #   1. everything outside tests/kernels, the kernels dispatching to their PyTorch references on
 #      CPU tensors as in a CPU run;
 #   2. tests/kernels with TRITON_INTERPRET=1: the Triton kernels run on CPU tensors against their
@@ -19,6 +20,7 @@ if [[ "${1:-}" == "--all" ]]; then
 fi
 ruff check .
 ruff format --check .
+mypy
 python -m pytest tests --ignore=tests/kernels ${tier[@]+"${tier[@]}"} "$@"
 TRITON_INTERPRET=1 python -m pytest tests/kernels ${tier[@]+"${tier[@]}"} "$@"
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then

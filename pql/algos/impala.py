@@ -15,9 +15,10 @@ from pql.kernels.vtrace import vtrace
 
 
 class Impala(GaussianActorCritic):
-    """The learner update; V (`critic`) is IMPALA's baseline (cfg: ImpalaConfig)."""
+    """The learner update; V (`critic`) is IMPALA's baseline (cfg: ImpalaConfig; the contract:
+    pql.algos.rules.OnPolicyRules)."""
 
-    def forward(self, traj: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, traj: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """π and V on a trajectory (see `update`). -> (log π(a_s|x_s), H(π(·|x_s)), V(x_s), each [T, N]
         with gradients, and V(final_obs_s) [T, N] without)."""
         T, N = traj["reward"].shape
@@ -29,7 +30,7 @@ class Impala(GaussianActorCritic):
 
     @torch.no_grad()
     def targets(
-        self, traj: dict, log_prob: torch.Tensor, values: torch.Tensor, final_values: torch.Tensor
+        self, traj: dict[str, torch.Tensor], log_prob: torch.Tensor, values: torch.Tensor, final_values: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """V-trace targets v_s and policy-gradient advantages ρ_s(r_s + γ v_{s+1} − V(x_s)), each [T, N].
         log_prob: log π(a_s|x_s), values: V(x_s), final_values: V(final_obs_s); all [T, N]."""
@@ -44,7 +45,7 @@ class Impala(GaussianActorCritic):
             log_rhos, discounts, rewards, values, final_values[-1], rho_bar=cfg.rho_bar, c_bar=cfg.c_bar, lam=cfg.lam
         )
 
-    def update(self, traj: dict) -> dict:
+    def update(self, traj: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One learner step on a batch of trajectories:
         obs [T, N, obs_dim] and final_obs [T, N, obs_dim] (normalised; final_obs = info["final_obs"]),
         action [T, N, act_dim], log_prob [T, N] (behaviour μ), reward [T, N],

@@ -9,6 +9,9 @@ Gaussian samples (the runtime clips what it sends to the envs), so log-probabili
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -81,13 +84,20 @@ class GaussianActorCritic(Checkpointable):
 
     state_attrs = ("policy", "critic", "optim")
 
-    def __init__(self, cfg, obs_dim: int, act_dim: int, device, average_gradients=lambda params: None):
+    def __init__(
+        self,
+        cfg: Any,
+        obs_dim: int,
+        act_dim: int,
+        device: torch.device,
+        average_gradients: Callable[[list[torch.Tensor]], None] = lambda params: None,
+    ):
         self.cfg, self.average_gradients = cfg, average_gradients
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
         self.critic = ValueNet(
             obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm, activation=cfg.net.activation
         ).to(device)
-        self.params = [*self.policy.parameters(), *self.critic.parameters()]
+        self.params: list[torch.Tensor] = [*self.policy.parameters(), *self.critic.parameters()]
         self.optim = adam(self.params, cfg.lr)
 
     def optimise(self, loss: torch.Tensor) -> None:
@@ -100,10 +110,10 @@ class GaussianActorCritic(Checkpointable):
 
 
 class PPO(GaussianActorCritic):
-    """PPO's update on rollouts (cfg: PPOConfig)."""
+    """PPO's update on rollouts (cfg: PPOConfig; the contract: pql.algos.rules.OnPolicyRules)."""
 
     @torch.no_grad()
-    def advantages(self, rollout: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def advantages(self, rollout: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> (advantages [T, N], value targets [T, N], V(s_t) [T, N]) of a rollout (see `update`)."""
         T, N = rollout["reward"].shape
         values = self.critic(rollout["obs"].flatten(0, 1)).view(T, N)
@@ -119,7 +129,7 @@ class PPO(GaussianActorCritic):
         )
         return advantages, returns, values
 
-    def update(self, rollout: dict) -> dict:
+    def update(self, rollout: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One PPO iteration on a rollout:
         obs [T, N, obs_dim] and final_obs [T, N, obs_dim] (normalised; final_obs = info["final_obs"]),
         action [T, N, act_dim], log_prob [T, N] (behaviour π_θold), reward [T, N],

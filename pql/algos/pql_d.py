@@ -11,7 +11,8 @@ from torch import nn
 
 from pql.algos.common import smoothed_target_action
 from pql.algos.pql import PQL
-from pql.nets import DoubleQ
+from pql.algos.rules import Batch
+from pql.nets import DeterministicActor, DoubleQ
 
 
 def categorical_projection(
@@ -52,7 +53,7 @@ class PQLD(PQL):
             activation=self.cfg.net.activation,
         )
 
-    def support(self, device) -> torch.Tensor:
+    def support(self, device: torch.device) -> torch.Tensor:
         """The atoms z_i = v_min + iΔz. -> [num_atoms]."""
         return torch.linspace(self.cfg.v_min, self.cfg.v_max, self.cfg.num_atoms, device=device)
 
@@ -61,7 +62,7 @@ class PQLD(PQL):
         return logits.softmax(-1) @ self.support(logits.device)
 
     @torch.no_grad()
-    def td_target(self, batch: dict, target_critic: nn.Module, policy: nn.Module) -> torch.Tensor:
+    def td_target(self, batch: Batch, target_critic: nn.Module, policy: DeterministicActor) -> torch.Tensor:
         """Φ T̂Z' for the target head with the smaller mean, per sample (clipped double Q on
         distributions: the element-wise minimum of two distributions is not a distribution). Where
         the batch carries first steps (algo.greedy_nstep), per sample the one of the n-step and the
@@ -80,7 +81,14 @@ class PQLD(PQL):
         support = self.support(both.device)
         return torch.where((n_step @ support >= one_step @ support).unsqueeze(-1), n_step, one_step)
 
-    def _projected(self, reward, discount, next_obs, target_critic: nn.Module, policy: nn.Module) -> torch.Tensor:
+    def _projected(
+        self,
+        reward: torch.Tensor,
+        discount: torch.Tensor,
+        next_obs: torch.Tensor,
+        target_critic: nn.Module,
+        policy: DeterministicActor,
+    ) -> torch.Tensor:
         """Φ(reward + discount·Z'(next_obs, ã)) of the head with the smaller mean. -> [B, num_atoms]."""
         next_action = smoothed_target_action(policy, next_obs, self.cfg.target_noise, self.cfg.target_noise_clip)
         logits1, logits2 = target_critic(next_obs, next_action)
@@ -89,8 +97,13 @@ class PQLD(PQL):
         return categorical_projection(reward, discount, probs, self.cfg.v_min, self.cfg.v_max)
 
     def critic_loss(
-        self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module, batch: dict, weights: torch.Tensor
-    ):
+        self,
+        critic: nn.Module,
+        target_critic: nn.Module,
+        policy: DeterministicActor,
+        batch: Batch,
+        weights: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Cross-entropy −Σ_i (ΦT̂Z')_i log p_i(s, a) for both heads.
         -> (loss, |E[Z(s,a)] − E[ΦT̂Z']| [B] for priorities, scalars to log). weights: [B]."""
         target = self.td_target(batch, target_critic, policy)
@@ -102,7 +115,9 @@ class PQLD(PQL):
         return loss, td_abs, {"critic/loss": loss.detach(), "critic/q": self.expected_q(logits1).detach().mean()}
 
     @torch.no_grad()
-    def td_error(self, critic: nn.Module, target_critic: nn.Module, policy: nn.Module, batch: dict) -> torch.Tensor:
+    def td_error(
+        self, critic: nn.Module, target_critic: nn.Module, policy: DeterministicActor, batch: Batch
+    ) -> torch.Tensor:
         """|min_j E[Z_j(s, a)] − E[ΦT̂Z']| [B], the TD error critic_loss reports, without a loss."""
         logits1, logits2 = critic(batch["obs"], batch["action"])
         return self._mean_td_error(logits1, logits2, self.td_target(batch, target_critic, policy))
@@ -111,7 +126,9 @@ class PQLD(PQL):
         q = torch.min(self.expected_q(logits1), self.expected_q(logits2))
         return (q - target @ self.support(target.device)).abs()
 
-    def policy_loss(self, policy: nn.Module, critic: nn.Module, obs: torch.Tensor):
+    def policy_loss(
+        self, policy: DeterministicActor, critic: nn.Module, obs: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Maximise min(E[Z1], E[Z2])(s, π(s)). -> (loss, scalars to log)."""
         logits1, logits2 = critic(obs, policy(obs))
         loss = -torch.min(self.expected_q(logits1), self.expected_q(logits2)).mean()

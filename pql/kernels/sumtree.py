@@ -281,6 +281,7 @@ class SumTree:
                 raise IndexError(
                     f"indices[{i}]={int(indices[i])} is out of range; expected a slot in [0, {self.capacity})"
                 )
+            assert priorities is not None  # without priorities only an index can be bad
             raise ValueError(f"priorities[{i}]={float(priorities[i])} is not allowed; expected a finite number >= 0")
 
     def update(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
@@ -300,7 +301,7 @@ class SumTree:
         self.check_indices(indices, priorities)
         if indices.numel() == 0:
             return
-        if self.impl == "triton":
+        if self._owner is not None:  # the Triton path's scratch, made for it alone
             _update_triton(self.sum_tree, self.min_tree, self._owner, indices.contiguous(), priorities.contiguous())
         else:
             _update_torch(self.sum_tree, self.min_tree, indices, priorities)

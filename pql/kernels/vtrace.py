@@ -146,14 +146,20 @@ def vtrace(
         values.device, log_rhos=log_rhos, discounts=discounts, rewards=rewards, bootstrap_value=bootstrap_value
     )
     pg_rho_bar = rho_bar if pg_rho_bar is None else pg_rho_bar
-    for name, x in (("rho_bar", rho_bar), ("c_bar", c_bar), ("pg_rho_bar", pg_rho_bar)):
-        if not x > 0:
-            raise ValueError(f"{name}={x!r} is not allowed; expected a number > 0 (math.inf: no clipping)")
+    for name, clip in (("rho_bar", rho_bar), ("c_bar", c_bar), ("pg_rho_bar", pg_rho_bar)):
+        if not clip > 0:
+            raise ValueError(f"{name}={clip!r} is not allowed; expected a number > 0 (math.inf: no clipping)")
     if not rho_bar >= c_bar:
         raise ValueError(f"rho_bar={rho_bar!r} < c_bar={c_bar!r} is not allowed; V-trace needs rho_bar >= c_bar")
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam={lam!r} is not allowed; expected a number in [0, 1]")
-    args = [x.contiguous() for x in (log_rhos, discounts, rewards, values, bootstrap_value)]
+    args = (
+        log_rhos.contiguous(),
+        discounts.contiguous(),
+        rewards.contiguous(),
+        values.contiguous(),
+        bootstrap_value.contiguous(),
+    )
     clips = (float(rho_bar), float(c_bar), float(lam), float(pg_rho_bar))
     if select_impl(impl, values.device) == "triton" and values.numel():
         return _vtrace_triton(*args, *clips)

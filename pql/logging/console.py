@@ -59,7 +59,7 @@ def format_progress(
         if not estimates or time_left < estimates[0]:
             head = f"{_si(env_steps)} steps {100.0 * min(elapsed_s / max_time_s, 1.0):.1f}% of {_hms(max_time_s)}"
         estimates.append(time_left)
-    parts = [
+    optional = [
         head,
         f"{_si(steps_per_s) if steps_per_s is not None else '-'} steps/s",
         _group("upd/s", UPDATES_PER_S, _si, scalars),
@@ -67,7 +67,7 @@ def format_progress(
         f"return {scalars[EVAL_RETURN]:.1f}" if EVAL_RETURN in scalars else None,
         _group("loss", LOSS, "{:.3g}".format, scalars),
     ]
-    parts = [p for p in parts if p]
+    parts = [p for p in optional if p]
     left = _hms(min(estimates)) if estimates else "?"
     parts.append(f"{_hms(elapsed_s)} elapsed, {left} left")
     return " | ".join(parts)

@@ -40,8 +40,9 @@ class _Tee(io.TextIOBase):
     def fileno(self) -> int:
         return self.stream.fileno()
 
+    # typeshed declares TextIOBase.encoding a writable attribute; io's is read-only, as here.
     @property
-    def encoding(self) -> str:
+    def encoding(self) -> str:  # type: ignore[override]
         return self.stream.encoding
 
 

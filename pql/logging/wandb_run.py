@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-_MODES = ("online", "offline")
+WandbMode = Literal["online", "offline"]
+_MODES = get_args(WandbMode)
 
 
 @dataclass
@@ -15,7 +17,7 @@ class WandbSettings:
     activate: bool = False
     project: str = "pql"
     entity: str | None = None
-    mode: str = "online"
+    mode: WandbMode = "online"
     group: str | None = None
     name: str | None = None
 

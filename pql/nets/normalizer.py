@@ -11,6 +11,10 @@ class ObsNormalizer(nn.Module):
     with the latest published copy, so a sample is normalised identically wherever it is used.
     Its buffers travel with the policy in weight syncs and checkpoints."""
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, obs_dim: int, clip: float = 10.0, eps: float = 1e-8):
         super().__init__()
         self.clip, self.eps = clip, eps
@@ -24,7 +28,7 @@ class ObsNormalizer(nn.Module):
         self.update_moments(obs.shape[0], obs.mean(0), obs.var(0, unbiased=False))
 
     @torch.no_grad()
-    def update_moments(self, n, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
+    def update_moments(self, n: int | torch.Tensor, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
         """Fold in a batch of n observations (a number, or a 0-d tensor on the device) with
         mean and (biased) variance [obs_dim]."""
         total = self.count + n
