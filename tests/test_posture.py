@@ -44,7 +44,7 @@ def test_flailing_cheetah_lands_on_its_back(env):
 def write_checkpoint(path, make_config, task: str) -> None:
     cfg = make_config([f"task={task}"])
     obs_dim, act_dim = (OBS_DIM, ACT_DIM) if task == "HalfCheetah" else (27, 8)
-    policy = ALGORITHMS[cfg.algo.name].load_runner().make_policy(cfg, obs_dim, act_dim)
+    policy = ALGORITHMS[cfg.algo.name].load_runner().make_policy(cfg.algo, obs_dim, act_dim)
     with torch.no_grad():
         for p in policy.parameters():
             p.zero_()  # a policy that holds still
