@@ -16,7 +16,7 @@ from conftest import alive, running, started_roles
 
 from pql import __version__
 from pql.checkpoint import load_checkpoint
-from pql.config import ConfigError
+from pql.config import ConfigError, resolve
 from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
@@ -435,9 +435,8 @@ def test_warmup_can_be_zero(make_config, tmp_path):
 def actor_and_v_learner(cfg):
     """The shared state and the actor and V-learner of InvertedPendulum (obs 4, action 1), in this
     process, to step by hand."""
-    from pql.config import apply_device_defaults
-
-    device = apply_device_defaults(cfg)
+    resolved = resolve(cfg)
+    cfg, device = resolved.config, torch.device(resolved.devices.main)
     algo = make_rules(cfg, 4, 1)
     shared = make_shared(cfg, algo, 4, 1)
     roles = {

@@ -9,7 +9,7 @@ import torch
 from test_runtime import SMALL
 from torch import nn
 
-from pql.config import apply_device_defaults
+from pql.config import resolve
 from pql.runtime import device as device_module
 from pql.runtime import weight_sync
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
@@ -125,7 +125,8 @@ def test_ring_slots_are_handed_over_only_once_their_copies_have_landed(make_conf
     (counts it consumed) only once its copy into the replay has landed, so the actor never
     overwrites a slot that a learner is still reading."""
     cfg = make_config(SMALL + ["runtime.mode=sequential", "algo.nstep=1"])
-    device = apply_device_defaults(cfg)
+    resolved = resolve(cfg)
+    cfg, device = resolved.config, torch.device(resolved.devices.main)
     algo = make_rules(cfg, 4, 1)
     shared = make_shared(cfg, algo, 4, 1)
     c, slots = shared.counters, shared.ring_slots

@@ -41,7 +41,7 @@ from pql.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from pql.config import ALGORITHMS, ConfigError, apply_device_defaults, to_dict
+from pql.config import ALGORITHMS, ConfigError, announce, resolve, to_dict
 from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.logging import RunLogger, WandbSettings
@@ -155,9 +155,10 @@ def train(cfg) -> dict:
 
 def _train(cfg, replicas: Replicas) -> dict:
     runner_cls = ALGORITHMS[cfg.algo.name].load_runner()
-    device = use_device(
-        apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world)
-    )  # prints the settings line
+    resolved = resolve(cfg, replicas.local_rank if replicas.world > 1 else None)
+    announce(resolved, replicas.world)
+    cfg = resolved.config
+    device = use_device(resolved.devices.main)
     if cfg.runtime.torch_threads or replicas.local_world > 1:
         torch.set_num_threads(threads_per_process(cfg, 1))
     torch.manual_seed(replicas.seed(cfg.runtime.seed))

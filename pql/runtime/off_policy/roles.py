@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from pql.config import ALGORITHMS
+from pql.config import ALGORITHMS, ROLE_NAMES
 from pql.nets import ObsNormalizer
 from pql.replay.nstep import keeps_first_step, staging_spec
 from pql.runtime.control import LearnerStats, RatioController, RatioCounters
@@ -21,7 +21,6 @@ from pql.runtime.supervisor import hand_in, role_log_path, role_process
 from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights
 
-ROLE_NAMES = ("actor", "v_learner", "p_learner")
 STAGING_SLOTS_EXTRA = 2  # ring slots beyond max_lag, so a learner copying a slot never blocks the actor
 
 
