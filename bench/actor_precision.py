@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from learner import CsvRows, standalone_actor, timed
 
 from pql.checkpoint import load_checkpoint
-from pql.config import apply_device_defaults, load_config
+from pql.config import announce, load_config, resolve
 from pql.envs import to_env_action
 from pql.nets import ObsNormalizer
 from pql.runtime.off_policy.precision import InferenceCopy
@@ -160,7 +160,9 @@ def main() -> None:
             "run_dir": tempfile.gettempdir(),
         }
     )
-    device = apply_device_defaults(cfg)
+    resolved = resolve(cfg)
+    announce(resolved)
+    cfg, device = resolved.config, torch.device(resolved.devices.main)
     probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
     probe.close()

@@ -27,7 +27,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.learner import CsvRows, learner_rates, synchronize
-from pql.config import apply_device_defaults, load_config
+from pql.config import load_config, resolve
 from pql.runtime.distributed import ReplicaGroup, Replicas
 from pql.runtime.off_policy.roles import make_rules
 
@@ -77,9 +77,8 @@ def worker(rank: int, world: int, port: int, args, out: dict) -> None:
         "run_dir": tempfile.gettempdir(),
     }
     with open(os.devnull, "w") as quiet:
-        stdout, sys.stdout = sys.stdout, quiet  # the settings line, once per process
-        cfg = load_config(raw)
-        apply_device_defaults(cfg)
+        stdout, sys.stdout = sys.stdout, quiet  # tasks.make's backend line, once per process
+        cfg = resolve(load_config(raw)).config
         probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
         sys.stdout = stdout
     obs_dim, act_dim = probe.obs_dim, probe.act_dim

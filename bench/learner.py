@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pql.algos.common import SoftUpdate, adam
-from pql.config import apply_device_defaults, load_config
+from pql.config import announce, load_config, resolve
 from pql.replay.nstep import keeps_first_step, transition_spec
 from pql.runtime.device import use_device
 from pql.runtime.distributed import Replicas
@@ -267,8 +267,10 @@ def main() -> None:
         "runtime": {"device": args.device},
         "run_dir": tempfile.gettempdir(),
     }
-    cfg = load_config(raw)
-    device = use_device(apply_device_defaults(cfg))  # TF32 on CUDA, as in every process of a run
+    resolved = resolve(load_config(raw))
+    announce(resolved)
+    cfg = resolved.config
+    device = use_device(resolved.devices.main)  # TF32 on CUDA, as in every process of a run
     probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
     probe.close()

@@ -197,7 +197,7 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
     from hydra.errors import ConfigCompositionException
     from omegaconf import OmegaConf
 
-    from pql.config import apply_device_defaults, load_config, register_configs
+    from pql.config import load_config, register_configs, resolve
     from pql.runtime.distributed import Replicas
     from pql.runtime.run import load_resume
     from pql.runtime.settings import resume_settings
@@ -233,8 +233,10 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
             raise ConfigError("override", " ".join(job), str(e).splitlines()[0]) from e
         settings = OmegaConf.masked_copy(composed, [key for key in composed if key != "hydra"])
         settings.run_dir = "."  # Hydra's own output directory, which is not made yet
-        cfg = load_config(cast(dict, OmegaConf.to_container(settings, resolve=True)))
-        apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world, announce=False)
+        cfg = resolve(
+            load_config(cast(dict, OmegaConf.to_container(settings, resolve=True))),
+            replicas.local_rank if replicas.world > 1 else None,
+        ).config
         load_resume(resume_settings(cfg), replicas.world)
         cfgs.append(cfg)
         if job is jobs[0]:
@@ -285,7 +287,7 @@ def usage(config_dir: str) -> str:
             ),
             f"algorithms: {', '.join(ALGORITHMS)}",
             "",
-            "Every key, its default and what it allows: docs/configuration.md (or python -m pql.config).",
+            "Every key, its default and what it allows: docs/configuration.md (or python -m pql.config.reference).",
             "A run writes runs/<date>_<time>_<task>_<algo>/: train.log, metrics.csv, TensorBoard events,",
             "checkpoint.pt, learning_curve.png (docs/logging.md). Compare runs: python -m pql.plot RUN_DIR ...",
             "Hydra's own options: python train.py --hydra-help; the composed settings: python train.py --cfg job",

@@ -8,11 +8,12 @@ import signal
 import subprocess
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pql.config import Config, apply_device_defaults, load_config, register_configs
+from pql.config import Config, load_config, register_configs, resolve
 from pql.runtime.distributed import Replicas
 from pql.runtime.settings import RunSettings, run_settings
 
@@ -35,8 +36,8 @@ def compose_config(overrides: list[str], run_dir) -> Config:
 
 def settings_of(cfg: Config) -> RunSettings:
     """The settings a run of cfg builds, its devices resolved as train does (without the settings line)."""
-    device = apply_device_defaults(cfg, announce=False)
-    return run_settings(cfg, device, Replicas())
+    resolved = resolve(cfg)
+    return run_settings(resolved.config, torch.device(resolved.devices.main), Replicas())
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import sys
 import torch
 from conftest import compose_config
 
-from pql.config import ALGORITHMS, apply_device_defaults
+from pql.config import ALGORITHMS, announce, resolve
 from pql.envs import build_env
 from pql.nets import ObsNormalizer
 from pql.runtime.distributed import Replicas, close_replicas, init_replicas, role_group
@@ -35,7 +35,9 @@ class Unattended:
 
 def train_replica(replicas: Replicas, out: str, overrides: list[str]) -> dict:
     cfg = compose_config(overrides, out)
-    device = apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world)
+    resolved = resolve(cfg, replicas.local_rank if replicas.world > 1 else None)
+    announce(resolved, replicas.world)
+    cfg, device = resolved.config, torch.device(resolved.devices.main)
     torch.manual_seed(replicas.seed(cfg.runtime.seed))
     env = build_env(cfg.task, 1, device, 0)
     runner = ALGORITHMS[cfg.algo.name].load_runner()(cfg, device, env.obs_dim, env.act_dim, None)

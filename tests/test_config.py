@@ -25,8 +25,10 @@ from pql.config import (
     PQLDConfig,
     SACConfig,
     TaskConfig,
+    announce,
     load_config,
     register_configs,
+    resolve,
 )
 from tasks import TASK_NAMES
 
@@ -207,8 +209,6 @@ def numeric_keys(value, prefix=""):
 
 @pytest.mark.parametrize("algo", ["pql", "pql_d", "sac", "ppo", "impala"])
 def test_every_numeric_key_rejects_nan_and_infinities(algo):
-    from pql.config import ALGORITHMS, Config
-
     base = composed([f"algo={algo}"])
     keys = [f"algo.{k}" for k in numeric_keys(ALGORITHMS[algo].config())]
     keys += [k for k in numeric_keys(Config()) if not k.startswith("algo.")]
@@ -247,8 +247,6 @@ def test_isaacgym_needs_a_process_of_its_own_for_the_training_envs(override, key
 
 
 def test_a_costly_rerank_schedule_is_warned_about(capsys):
-    from pql.config import apply_device_defaults
-
     cfg = load_config(
         composed(
             [
@@ -260,7 +258,7 @@ def test_a_costly_rerank_schedule_is_warned_about(capsys):
             ]
         )
     )
-    apply_device_defaults(cfg)
+    announce(resolve(cfg))
     assert (
         "warning: replay.rerank_every=2 re-sorts all 1,000,000 items every 2 critic updates" in capsys.readouterr().out
     )

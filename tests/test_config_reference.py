@@ -1,11 +1,12 @@
-"""docs/configuration.md is the reference `python -m pql.config` renders from the dataclasses."""
+"""docs/configuration.md is the reference `python -m pql.config.reference` renders from the dataclasses."""
 
 import dataclasses
 import os
 import subprocess
 import sys
 
-from pql.config import ALGORITHMS, Config, reference_markdown
+from pql.config import ALGORITHMS, Config
+from pql.config.reference import reference_markdown
 from tasks import TASK_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +31,7 @@ def keys(cls, prefix: str):
 
 
 def test_the_reference_page_is_generated():
-    # On failure: python -m pql.config docs/configuration.md
+    # On failure: python -m pql.config.reference docs/configuration.md
     assert page_reference() == f"\n\n{reference_markdown()}\n\n"
 
 
@@ -45,6 +46,8 @@ def test_the_reference_names_every_task():
     assert [name for name in TASK_NAMES if name not in reference_markdown()] == []
 
 
-def test_python_m_pql_config_prints_it():
-    out = subprocess.run([sys.executable, "-m", "pql.config"], cwd=ROOT, capture_output=True, text=True, check=True)
+def test_python_m_pql_config_reference_prints_it():
+    out = subprocess.run(
+        [sys.executable, "-m", "pql.config.reference"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout == reference_markdown() + "\n"

@@ -11,7 +11,7 @@ from conftest import settings_of
 from test_runtime import SMALL
 
 from pql.checkpoint import load_checkpoint, save_checkpoint
-from pql.config import ConfigError, apply_device_defaults
+from pql.config import ConfigError, resolve
 from pql.runtime import device as device_module
 from pql.runtime import train
 from pql.runtime.control import RatioController, RatioCounters
@@ -46,8 +46,7 @@ def test_use_device_makes_the_runs_gpu_current_and_enables_tf32(fake_cuda):
 
 @pytest.mark.parametrize("value, resolved", [("cuda", "cuda:0"), ("cuda:1", "cuda:1"), ("auto", "cuda:0")])
 def test_cuda_devices_resolve_to_an_index(make_config, fake_cuda, value, resolved):
-    cfg = make_config([f"runtime.device={value}"])
-    apply_device_defaults(cfg)
+    cfg = resolve(make_config([f"runtime.device={value}"])).config
     assert cfg.runtime.device == resolved
     assert cfg.runtime.compile is True and cfg.algo.batch_size == 8192
     assert (cfg.algo.beta_av, cfg.runtime.eval_every, cfg.runtime.max_time_s) == (16, 2_000_000, None)
@@ -56,15 +55,14 @@ def test_cuda_devices_resolve_to_an_index(make_config, fake_cuda, value, resolve
 def test_cpu_defaults_spend_a_wall_time_budget(make_config):
     """On a CPU the learners are the bottleneck (docs/tuning.md): small batches, more updates per
     env step, rarer evaluations, and 15 minutes rather than an env-step count."""
-    cfg = make_config(["runtime.device=cpu"])
-    apply_device_defaults(cfg)
+    cfg = resolve(make_config(["runtime.device=cpu"])).config
     assert (cfg.algo.batch_size, cfg.algo.beta_av, cfg.runtime.eval_every) == (128, 16, 50_000)
     assert cfg.runtime.max_time_s == 885.0 and cfg.runtime.max_env_steps == 10_000_000
 
 
 def test_a_gpu_the_machine_lacks_is_a_config_error(make_config, fake_cuda):
     with pytest.raises(ConfigError, match=r"runtime.device='cuda:2'.*index < 2 \(this machine has 2"):
-        apply_device_defaults(make_config(["runtime.device=cuda:2"]))
+        resolve(make_config(["runtime.device=cuda:2"]))
 
 
 PAPER_LAYOUT = ["runtime.actor_device=cuda:0", "runtime.v_learner_device=cuda:1", "runtime.p_learner_device=cuda:1"]
@@ -73,8 +71,7 @@ PAPER_LAYOUT = ["runtime.actor_device=cuda:0", "runtime.v_learner_device=cuda:1"
 def test_roles_are_placed_on_their_devices(make_config, fake_cuda):
     """The PQL paper's layout: the simulator on one GPU, both learners on another. Each part of the
     shared state lives on its writer's device."""
-    cfg = make_config(PAPER_LAYOUT + ["runtime.device=cuda:0"])
-    apply_device_defaults(cfg)
+    cfg = resolve(make_config(PAPER_LAYOUT + ["runtime.device=cuda:0"])).config
     assert (cfg.runtime.actor_device, cfg.runtime.v_learner_device, cfg.runtime.p_learner_device) == (
         "cuda:0",
         "cuda:1",
@@ -82,8 +79,7 @@ def test_roles_are_placed_on_their_devices(make_config, fake_cuda):
     )
     roles = settings_of(cfg).runner
     assert [str(roles.role(n).device) for n in ("actor", "v_learner", "p_learner")] == ["cuda:0", "cuda:1", "cuda:1"]
-    cfg = make_config(["runtime.device=cuda:1"])
-    apply_device_defaults(cfg)
+    cfg = resolve(make_config(["runtime.device=cuda:1"])).config
     assert {cfg.runtime.actor_device, cfg.runtime.v_learner_device, cfg.runtime.p_learner_device} == {"cuda:1"}
 
 
@@ -100,20 +96,18 @@ def test_roles_are_placed_on_their_devices(make_config, fake_cuda):
 )
 def test_impossible_placements_are_config_errors(make_config, fake_cuda, overrides, match):
     with pytest.raises(ConfigError, match=match):
-        apply_device_defaults(make_config(overrides))
+        resolve(make_config(overrides))
 
 
 def test_int8_actor_on_cuda_is_a_config_error(make_config, fake_cuda):
     with pytest.raises(ConfigError, match="actor.precision='int8'.*fp32 or bf16 on CUDA"):
-        apply_device_defaults(make_config(["runtime.device=cuda", "actor.precision=int8"]))
+        resolve(make_config(["runtime.device=cuda", "actor.precision=int8"]))
 
 
 def test_cpu_runs_stay_eager_unless_asked(make_config):
-    cfg = make_config(["runtime.device=cpu"])
-    apply_device_defaults(cfg)
+    cfg = resolve(make_config(["runtime.device=cpu"])).config
     assert cfg.runtime.compile is False
-    cfg = make_config(["runtime.device=cpu", "runtime.compile=true"])
-    apply_device_defaults(cfg)
+    cfg = resolve(make_config(["runtime.device=cpu", "runtime.compile=true"])).config
     assert cfg.runtime.compile is True
 
 
@@ -170,8 +164,7 @@ def _critic_batch(batch_size: int = 64) -> dict:
 def test_compiled_updates_match_eager_ones(make_config):
     """runtime.compile: the compiled critic and policy losses and their gradients are the eager
     ones (target smoothing off: the two draw their noise from different generators)."""
-    cfg = make_config(SMALL + ["runtime.device=cpu", "algo.target_noise=0"])
-    apply_device_defaults(cfg)
+    cfg = resolve(make_config(SMALL + ["runtime.device=cpu", "algo.target_noise=0"])).config
     rules = make_rules(cfg.algo, 4, 1)
     torch.manual_seed(0)
     critic, target, policy = rules.make_critic(), rules.make_critic(), rules.make_policy()

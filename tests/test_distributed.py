@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pql.checkpoint import save_checkpoint
-from pql.config import ConfigError, apply_device_defaults
+from pql.config import ConfigError, resolve
 from pql.nets import ObsNormalizer
 from pql.runtime.run import load_resume
 from pql.runtime.settings import resume_settings
@@ -225,12 +225,12 @@ def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
 
 def test_role_devices_and_explicit_gpus_are_refused_under_torchrun(make_config):
     with pytest.raises(ConfigError, match=r"runtime.actor_device='cpu' is not allowed; expected null under torchrun"):
-        apply_device_defaults(make_config(["runtime.actor_device=cpu"]), local_rank=0, replicas=2)
+        resolve(make_config(["runtime.actor_device=cpu"]), local_rank=0)
     with pytest.raises(
         ConfigError, match=r"runtime.device='cuda:1' is not allowed; expected auto, cuda or cpu under torchrun"
     ):
-        apply_device_defaults(make_config(["runtime.device=cuda:1"]), local_rank=1, replicas=2)
-    assert str(apply_device_defaults(make_config(["runtime.device=cpu"]), local_rank=1, replicas=2)) == "cpu"
+        resolve(make_config(["runtime.device=cuda:1"]), local_rank=1)
+    assert str(resolve(make_config(["runtime.device=cpu"]), local_rank=1).devices.main) == "cpu"
 
 
 def test_a_checkpoint_resumes_on_as_many_replicas(make_config, tmp_path):

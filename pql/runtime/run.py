@@ -41,7 +41,7 @@ from pql.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from pql.config import ConfigError, apply_device_defaults
+from pql.config import ConfigError, announce, resolve
 from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.logging import RunLogger
@@ -118,10 +118,10 @@ def train(cfg) -> dict:
 
 
 def _train(cfg, replicas: Replicas) -> dict:
-    device = use_device(
-        apply_device_defaults(cfg, replicas.local_rank if replicas.world > 1 else None, replicas.world)
-    )  # prints the settings line
-    return _run(run_settings(cfg, device, replicas), replicas)
+    resolved = resolve(cfg, replicas.local_rank if replicas.world > 1 else None)
+    announce(resolved, replicas.world)  # the settings line
+    device = use_device(resolved.devices.main)
+    return _run(run_settings(resolved.config, device, replicas), replicas)
 
 
 def _run(settings: RunSettings, replicas: Replicas) -> dict:

@@ -1,0 +1,194 @@
+"""From a composed mapping to a validated Config, and back to plain data.
+
+Hydra composes cfg/config.yaml (pql/config/hydra_store.py) with cfg/task/<Task>.yaml on top;
+`load_config` turns the mapping into the dataclasses of pql/config/schema.py and checks every
+value. A bad value raises `ConfigError` naming the key, the value and what is allowed; `train.py`
+prints that one line and exits with code 2. Code past this point never reads raw dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any
+
+from pql.config.algorithms import ALGORITHMS
+from pql.config.fields import ConfigError, allowed_text
+from pql.config.schema import (
+    SHORT_EPISODE_STEPS,
+    Config,
+    ImpalaConfig,
+    OffPolicyConfig,
+    PQLConfig,
+    PQLDConfig,
+    algo_names,
+    task_names,
+)
+
+
+def _convert(key: str, value: Any, hint: Any, allowed: str) -> Any:
+    """Coerce a YAML/CLI scalar to the annotated type, or raise ConfigError."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):  # Optional[T] and T | None
+        inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
+        return None if value is None else _convert(key, value, inner, allowed)
+    if hint is Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(key, value, allowed)
+    if hint is int:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value != int(value)
+        ):
+            raise ConfigError(key, value, allowed)
+        return int(value)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(key, value, allowed)
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, value, allowed)
+        return value
+    if hint is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(key, value, allowed)
+        return tuple(_convert(key, v, int, allowed) for v in value)
+    raise TypeError(f"unsupported config type {hint} for {key}")
+
+
+def _build(cls, raw: Any, prefix: str, default=None):
+    """`default` (cls() if None) with the keys `raw` gives replaced by their checked values; a
+    nested group starts from the enclosing default's, so PPO's `net` keeps its own widths."""
+    default = cls() if default is None else default
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(prefix, raw, f"a mapping of {cls.__name__} keys")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{prefix}.{key}".lstrip("."), raw[key], f"one of the keys {', '.join(sorted(known))}")
+    values = {}
+    for name, f in known.items():
+        if name not in raw:
+            continue
+        key = f"{prefix}.{name}".lstrip(".")
+        if dataclasses.is_dataclass(hints[name]):
+            values[name] = _build(hints[name], raw[name], key, getattr(default, name))
+            continue
+        allowed = allowed_text(f)
+        value = _convert(key, raw[name], hints[name], allowed)
+        if value is not None:
+            try:
+                ok = f.metadata.get("check", lambda v: True)(value)
+            except TypeError:
+                ok = False
+            if not ok:
+                raise ConfigError(key, raw[name], allowed)
+        values[name] = value
+    return dataclasses.replace(default, **values)
+
+
+def _cross_checks(cfg: Config) -> None:
+    from tasks import TASK_NAMES  # on use: tasks imports torch, which importing pql.config must not
+
+    name = cfg.task.name
+    if not (name in TASK_NAMES or name.startswith("isaacgym/")):
+        raise ConfigError("task.name", name, task_names())
+    # Isaac Gym allows one simulation per process, and the evaluation envs are one already.
+    if name.startswith("isaacgym/") and cfg.runtime.mode != "process":
+        raise ConfigError(
+            "runtime.mode",
+            cfg.runtime.mode,
+            "process with an Isaac Gym task (one simulation per "
+            "process: the training envs need a process of their own)",
+        )
+    if name.startswith("isaacgym/") and cfg.algo.name == "ppo":
+        raise ConfigError(
+            "algo",
+            "ppo",
+            "pql, pql_d, sac or impala with an Isaac Gym task (PPO steps its training "
+            "and evaluation envs in one process; Isaac Gym allows one simulation per process)",
+        )
+    algo = cfg.algo
+    if isinstance(algo, PQLConfig) and algo.noise_std_max < algo.noise_std_min:
+        raise ConfigError(
+            "algo.noise_std_max", algo.noise_std_max, f"a number >= algo.noise_std_min ({algo.noise_std_min})"
+        )
+    if cfg.task.value_max <= cfg.task.value_min:
+        raise ConfigError("task.value_max", cfg.task.value_max, f"a number > task.value_min ({cfg.task.value_min})")
+    if isinstance(algo, PQLDConfig) and algo.v_max <= algo.v_min:
+        raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
+    if cfg.replay.rerank_every is not None and (cfg.replay.kind, cfg.replay.priority_mode) != ("prioritized", "rank"):
+        raise ConfigError(
+            "replay.rerank_every",
+            cfg.replay.rerank_every,
+            "null, or an integer >= 1 together with replay.kind=prioritized replay.priority_mode=rank",
+        )
+    if cfg.replay.actor_priorities and cfg.replay.kind != "prioritized":
+        raise ConfigError("replay.actor_priorities", True, "false, or true together with replay.kind=prioritized")
+    if isinstance(algo, ImpalaConfig) and algo.c_bar > algo.rho_bar:
+        raise ConfigError(
+            "algo.c_bar", algo.c_bar, f"a number <= algo.rho_bar ({algo.rho_bar}): IMPALA needs rho_bar >= c_bar"
+        )
+    if isinstance(cfg.algo, OffPolicyConfig) and (cfg.algo.early_beta_av is None) != (cfg.algo.early_steps == 0):
+        if cfg.algo.early_beta_av is None:
+            raise ConfigError(
+                "algo.early_steps",
+                cfg.algo.early_steps,
+                "0 without algo.early_beta_av (set it: the critic updates per actor step meanwhile)",
+            )
+        raise ConfigError(
+            "algo.early_beta_av",
+            cfg.algo.early_beta_av,
+            "null with algo.early_steps=0 (set algo.early_steps > 0: how long it applies)",
+        )
+    if cfg.test and not cfg.checkpoint:
+        raise ConfigError("test", True, "test=true together with checkpoint=PATH")
+
+
+def load_config(raw: dict) -> Config:
+    """Build and validate a Config from a plain (Hydra-composed, resolved) mapping."""
+    raw = dict(raw)
+    algo_raw = dict(raw.pop("algo", None) or {})
+    algo_name = algo_raw.get("name", Config().algo.name)
+    if not isinstance(algo_name, str) or algo_name not in ALGORITHMS:
+        raise ConfigError("algo.name", algo_name, algo_names())
+    algo = _build(ALGORITHMS[algo_name].config, algo_raw, "algo")
+    cfg = _build(Config, raw, "")
+    cfg.algo = algo
+    if isinstance(algo, OffPolicyConfig) and algo.nstep is None:
+        algo.nstep = default_nstep(cfg.task.name)
+    if isinstance(algo, PQLDConfig):
+        algo.v_min = cfg.task.value_min * algo.reward_scale if algo.v_min is None else algo.v_min
+        algo.v_max = cfg.task.value_max * algo.reward_scale if algo.v_max is None else algo.v_max
+    _cross_checks(cfg)
+    return cfg
+
+
+def default_nstep(task_name: str) -> int:
+    """algo.nstep's null: 1 for a task whose episodes last at most SHORT_EPISODE_STEPS steps, 3 for
+    any other, and 3 for an Isaac Gym task, whose limit is known only once its env is made."""
+    from tasks import TASKS  # on use: tasks imports torch, which importing pql.config must not
+
+    task = TASKS.get(task_name)
+    return 1 if task is not None and task.max_episode_steps <= SHORT_EPISODE_STEPS else 3
+
+
+def to_dict(value):
+    """A config (or any of its groups) as plain data, tuples as lists: what checkpoints, logs and
+    Hydra's ConfigStore hold."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: to_dict(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [to_dict(v) for v in value]
+    return value
