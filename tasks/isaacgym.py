@@ -26,7 +26,7 @@ Quadcopter, BallBalance, Ingenuity, Trifinger: they also clear controller state 
 reward and reset before they observe (AnymalTerrain).
 
 Isaac Gym Preview 4 supports Python 3.6-3.8 and pql needs Python >= 3.10, so this path cannot
-run in one environment today; tests/test_isaacgym_adapter.py runs it against a fake VecTask
+run in one environment with pql; tests/test_isaacgym_adapter.py runs it against a fake VecTask
 that reproduces the behaviour above.
 """
 

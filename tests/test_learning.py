@@ -74,7 +74,7 @@ def test_pql_with_prioritized_replay_solves_inverted_pendulum(make_config, prior
 # envs. The budget is env steps, not wall time: in sequential mode a seed learns the same curve
 # however fast the machine (CI's run matched this VM's, evaluation for evaluation), while a 120 s
 # budget passed at ~720 env steps/s and failed in CI at ~380. On this project's 2-core VM (~380 env
-# steps/s today) seeds 0, 1 and 2 first scored >= 9,000 at 53k, 53k and 29k env steps (seed 0 in
+# steps/s) seeds 0, 1 and 2 first scored >= 9,000 at 53k, 53k and 29k env steps (seed 0 in
 # 140 s), and seed 0 then stayed at 9,358 through 120k: 80k is the budget, and the time limit only
 # stops a run on a machine far slower. torch_threads=1: on a CPU that other work keeps busy, torch's
 # default of a thread per core made each update 50 times slower there (25 ms against 0.5 ms).
@@ -123,7 +123,7 @@ def forward_distance_and_return(env, act) -> tuple[float, float]:
 # Ant with the CPU defaults (what README's command trains), in sequential mode and on an env-step
 # budget rather than a wall-time one (about 5 minutes on this project's 2-core VM; the time cap is
 # raised so that a slower machine runs the same steps, not fewer). On that VM two runs of the
-# code of 2026-11-25 ended bit-for-bit the same, but a change of code or seed moves the final
+# same code end bit-for-bit the same, but a change of code or seed moves the final
 # evaluation by hundreds (docs/benchmarks.md, "Learning tests", has the figures). An Ant that stands
 # still scores about 1,000 (one per step alive, no torque spent) and goes nowhere; the untrained
 # policy stands, the first updates make it fall, and PQL learns back from its own data. So the

@@ -16,7 +16,7 @@ Importing pql.config never imports torch.
 from pql.config.algorithms import ALGORITHMS, Algorithm
 from pql.config.announce import announce
 from pql.config.build import load_config, to_dict
-from pql.config.fields import ConfigError
+from pql.config.fields import ConfigError, given
 from pql.config.hydra_store import register_configs
 from pql.config.resolve import Devices, Resolved, resolve
 from pql.config.schema import (
@@ -39,6 +39,7 @@ from pql.config.schema import (
 
 __all__ = [
     "ALGORITHMS",
+    "given",
     "ROLE_DEVICE_KEYS",
     "ROLE_NAMES",
     "ActorConfig",

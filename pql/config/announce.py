@@ -4,6 +4,7 @@ re-rank schedule that costs more than the updates it serves."""
 from __future__ import annotations
 
 from pql import __version__
+from pql.config.fields import given
 from pql.config.resolve import Resolved
 from pql.config.schema import ROLE_NAMES, ReplayConfig
 
@@ -22,11 +23,12 @@ def announce(resolved: Resolved, replicas: int = 1) -> None:
 
 def rerank_warning(replay: ReplayConfig) -> str | None:
     """The warning for a replay.rerank_every that re-sorts too many items per update, or None."""
-    if replay.rerank_every is None or replay.capacity // replay.rerank_every <= RERANK_WARN_ITEMS_PER_UPDATE:
+    capacity = given(replay.capacity)
+    if replay.rerank_every is None or capacity // replay.rerank_every <= RERANK_WARN_ITEMS_PER_UPDATE:
         return None
     return (
-        f"pql: warning: replay.rerank_every={replay.rerank_every} re-sorts all {replay.capacity:,} items every "
-        f"{replay.rerank_every} critic updates ({replay.capacity // replay.rerank_every:,} items per update; one "
+        f"pql: warning: replay.rerank_every={replay.rerank_every} re-sorts all {capacity:,} items every "
+        f"{replay.rerank_every} critic updates ({capacity // replay.rerank_every:,} items per update; one "
         "sort of 2^20 items takes ~0.15 s on a 2-core CPU, docs/kernels.md); null re-sorts every "
         "capacity / batch_size updates"
     )

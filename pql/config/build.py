@@ -15,7 +15,7 @@ import typing
 from typing import Any
 
 from pql.config.algorithms import ALGORITHMS
-from pql.config.fields import ConfigError, allowed_text
+from pql.config.fields import ConfigError, allowed_text, given
 from pql.config.schema import (
     SHORT_EPISODE_STEPS,
     Config,
@@ -126,7 +126,7 @@ def _cross_checks(cfg: Config) -> None:
         )
     if cfg.task.value_max <= cfg.task.value_min:
         raise ConfigError("task.value_max", cfg.task.value_max, f"a number > task.value_min ({cfg.task.value_min})")
-    if isinstance(algo, PQLDConfig) and algo.v_max <= algo.v_min:
+    if isinstance(algo, PQLDConfig) and given(algo.v_max) <= given(algo.v_min):
         raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
     if cfg.replay.rerank_every is not None and (cfg.replay.kind, cfg.replay.priority_mode) != ("prioritized", "rank"):
         raise ConfigError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import field
-from typing import Any
+from typing import Any, TypeVar
 
 
 class ConfigError(ValueError):
@@ -92,3 +92,14 @@ def layer_widths(v) -> bool:
 
 def device_name(v) -> bool:
     return v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit())
+
+
+T = TypeVar("T")
+
+
+def given(value: T | None) -> T:
+    """A field that is null until pql fills it in (a default chosen for the device, or from the
+    task), read where it is filled by then: after load_config (nstep, v_min, v_max) or resolve
+    (the on_device fields and the devices)."""
+    assert value is not None, "read before pql filled it in"
+    return value

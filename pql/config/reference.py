@@ -57,7 +57,9 @@ def _algo_reference() -> list[str]:
     ]
     name_of = {algorithm.config: algo_name for algo_name, algorithm in ALGORITHMS.items()}
     off_policy = [n for cls, n in name_of.items() if issubclass(cls, OffPolicyConfig)]
-    tables = [(f"*{', '.join(off_policy[:-1])} and {off_policy[-1]} share*", OffPolicyConfig, None)]
+    tables: list[tuple[str, type, type | None]] = [
+        (f"*{', '.join(off_policy[:-1])} and {off_policy[-1]} share*", OffPolicyConfig, None)
+    ]
     for cls, algo_name in name_of.items():
         base = next((c for c in cls.__mro__[1:] if c is OffPolicyConfig or c in name_of), None)
         title = (

@@ -11,7 +11,7 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
-from pql.config.fields import ConfigError
+from pql.config.fields import ConfigError, given
 from pql.config.schema import ROLE_DEVICE_KEYS, ROLE_NAMES, Config, OffPolicyConfig, PPOConfig, RuntimeConfig
 
 
@@ -152,19 +152,20 @@ def _check_sizes(cfg: Config) -> None:
     """Sizes that cannot work together, once the device's defaults are filled in."""
     from tasks import TASKS  # on use: tasks imports torch, which importing pql.config must not
 
-    algo, replay, num_envs = cfg.algo, cfg.replay, cfg.task.num_envs
+    algo, replay, num_envs = cfg.algo, cfg.replay, given(cfg.task.num_envs)
     if isinstance(algo, OffPolicyConfig):
         # One actor step writes num_envs transitions; a learner samples batch_size of them.
-        need = max(algo.batch_size, num_envs)
-        if replay.capacity < need:
+        batch_size, capacity = given(algo.batch_size), given(replay.capacity)
+        need = max(batch_size, num_envs)
+        if capacity < need:
             raise ConfigError(
                 "replay.capacity",
                 replay.capacity,
-                f"an integer >= {need:,}: at least algo.batch_size ({algo.batch_size:,}) and "
+                f"an integer >= {need:,}: at least algo.batch_size ({batch_size:,}) and "
                 f"task.num_envs ({num_envs:,}, the transitions one actor step writes)",
             )
         task = TASKS.get(cfg.task.name)
-        if task is not None and algo.nstep > task.max_episode_steps:
+        if task is not None and given(algo.nstep) > task.max_episode_steps:
             raise ConfigError(
                 "algo.nstep",
                 algo.nstep,

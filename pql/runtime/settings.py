@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TypeVar
 
 import torch
 
@@ -24,6 +23,7 @@ from pql.config import (
     PPOConfig,
     ReplayConfig,
     TaskConfig,
+    given,
     to_dict,
 )
 from pql.logging import WandbSettings
@@ -73,9 +73,11 @@ class Threads:
 
 @dataclass(frozen=True)
 class ProcessSettings:
-    """What a role process needs for itself: its threads, where it copies what it prints (rank 0:
-    the run's train.log; None elsewhere), how long it waits, and the replica's seed."""
+    """What a process of a replica needs for itself: the replica it belongs to (torchrun's
+    environment, read once by train), its threads, where it copies what it prints (rank 0: the
+    run's train.log; None elsewhere), how long it waits, and the replica's seed."""
 
+    replicas: Replicas
     threads: Threads
     log_path: str | None
     waits: Waits
@@ -237,21 +239,12 @@ class RunSettings:
     runner: OffPolicySettings | OnPolicySettings
 
 
-T = TypeVar("T")
-
-
-def given(value: T | None) -> T:
-    """A setting the config leaves null for the device to choose (on_device), chosen by the time
-    the settings are built: pql.config fills it in as it resolves the devices."""
-    assert value is not None, "settings are built from a resolved config"
-    return value
-
-
 def run_settings(cfg: Config, device: torch.device, replicas: Replicas) -> RunSettings:
     """The settings of a run of the resolved `cfg` on `device`, for this replica."""
     runtime = cfg.runtime
     threads = Threads(runtime.torch_threads, runtime.device == "cpu", replicas.local_world)
     process = ProcessSettings(
+        replicas,
         threads,
         os.path.join(cfg.run_dir, TRAIN_LOG) if replicas.lead else None,
         Waits(runtime.stall_timeout_s, runtime.startup_timeout_s),

@@ -11,7 +11,7 @@ from pql.replay.nstep import staging_spec
 from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY, Role
 from pql.runtime.control import LearnerStats, PQLShared, RatioController, RatioCounters
 from pql.runtime.device import use_device
-from pql.runtime.distributed import Replicas, role_group
+from pql.runtime.distributed import role_group
 from pql.runtime.off_policy.actor import Actor
 from pql.runtime.off_policy.learners import PLearner, VLearner
 from pql.runtime.settings import OffPolicySettings, RatioSettings
@@ -74,7 +74,8 @@ def build_role(
 ) -> Role:
     """Role `name`, in the process it runs in; with several replicas it joins the group of the
     same role of every replica first."""
-    group = role_group(Replicas.from_env(), name, settings.role(name).device, settings.process.waits.stall_s)
+    process = settings.process
+    group = role_group(process.replicas, name, settings.role(name).device, process.waits.stall_s)
     if name == "actor":
         return Actor(settings.actor, shared, rules, ratios, fresh_start, group)
     if name == "v_learner":

@@ -13,7 +13,6 @@ from pql.config import ROLE_NAMES
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, Role
 from pql.runtime.control import RatioCounters
-from pql.runtime.distributed import Replicas
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_main
 from pql.runtime.off_policy.sequential import interleave
 from pql.runtime.settings import OffPolicySettings
@@ -28,7 +27,7 @@ class OffPolicyRunner:
 
     def __init__(self, settings: OffPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
         self.settings, self.device, self.obs_dim, self.act_dim, self.resume = settings, device, obs_dim, act_dim, resume
-        self.world = Replicas.from_env().world  # env_steps counts every replica's
+        self.world = settings.process.replicas.world  # env_steps counts every replica's
         rules = make_rules(settings.algo, obs_dim, act_dim)
         self.ctx = mp.get_context("spawn") if settings.process_mode else None
         self.shared = make_shared(settings, rules, obs_dim, act_dim, self.ctx)

@@ -21,7 +21,7 @@ from pql.envs import build_env
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, POLICY
 from pql.runtime.device import synchronize, use_device
-from pql.runtime.distributed import Replicas, role_group
+from pql.runtime.distributed import role_group
 from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
 from pql.runtime.settings import OnPolicySettings, Waits
@@ -86,7 +86,7 @@ class ImpalaActor:
     def __init__(self, settings: OnPolicySettings, shared: ImpalaShared, queue: TrajectoryQueue, device):
         self.settings, self.shared, self.queue, self.device = settings, shared, queue, device
         self.unroll = impala_section(settings).unroll
-        self.group = role_group(Replicas.from_env(), "actor", device, settings.process.waits.stall_s)
+        self.group = role_group(settings.process.replicas, "actor", device, settings.process.waits.stall_s)
         self.finished = False
         envs = settings.envs
         env = build_env(envs.task, envs.num_envs, device, envs.seed)

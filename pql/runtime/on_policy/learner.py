@@ -7,7 +7,7 @@ from torch import nn
 from pql.algos.ppo import make_gaussian_policy
 from pql.nets import ObsNormalizer
 from pql.runtime.device import host_values
-from pql.runtime.distributed import Replicas, role_group
+from pql.runtime.distributed import role_group
 from pql.runtime.divergence import check_values
 from pql.runtime.settings import OnPolicySettings
 
@@ -28,7 +28,7 @@ class OnPolicyRunner:
 
     def __init__(self, settings: OnPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
         self.settings, self.device = settings, device
-        self.replicas = Replicas.from_env()
+        self.replicas = settings.process.replicas
         self.group = role_group(self.replicas, "learner", device, settings.process.waits.stall_s)
         self.learner = self.learner_cls(settings.algo, obs_dim, act_dim, device, self.group.average_gradients)
         self.group.broadcast(self.learner.policy)
