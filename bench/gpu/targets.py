@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from bench.gpu.formats import fmt_measure, table
 from bench.gpu.results import Figures, kernel_time, learner_figure, to_float
+from pql.generated_docs import rewrite_section
 
 TARGET_ENVS = 32768  # the env target's number of envs; the env step measures at it
 BATCH = 8192  # the learner and sum-tree targets' batch size; the learner step measures at it
@@ -173,20 +174,8 @@ def docs_table() -> str:
     return "\n".join(table(["name", "what is measured", "target"], rows, "llr"))
 
 
-def rewrite_docs(path: str) -> None:
-    """Rewrite the text between DOCS_START and DOCS_END in path with docs_table()."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if text.count(DOCS_START) != 1 or text.count(DOCS_END) != 1:
-        raise SystemExit(f"{path}: expected one {DOCS_START} and one {DOCS_END}")
-    head, rest = text.split(DOCS_START)
-    tail = rest.split(DOCS_END)[1]
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(f"{head}{DOCS_START}\n\n{docs_table()}\n\n{DOCS_END}{tail}")
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 1:
-        rewrite_docs(sys.argv[1])
+        rewrite_section(sys.argv[1], DOCS_START, DOCS_END, docs_table())
     else:
         print(docs_table())

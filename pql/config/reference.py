@@ -13,6 +13,7 @@ import sys
 from pql.config.algorithms import ALGORITHMS
 from pql.config.fields import allowed_text
 from pql.config.schema import Config, OffPolicyConfig
+from pql.generated_docs import rewrite_section
 
 _REFERENCE_START, _REFERENCE_END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 
@@ -101,20 +102,8 @@ def reference_markdown() -> str:
     return "\n\n".join([*blocks, _table("**top level**", top)])
 
 
-def _update_reference(path: str) -> None:
-    """Rewrite the text between the reference markers in `path` (docs/configuration.md)."""
-    with open(path, encoding="utf-8") as file:
-        text = file.read()
-    if text.count(_REFERENCE_START) != 1 or text.count(_REFERENCE_END) != 1:
-        raise SystemExit(f"{path}: expected one {_REFERENCE_START} and one {_REFERENCE_END}")
-    head, rest = text.split(_REFERENCE_START)
-    tail = rest.split(_REFERENCE_END)[1]
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(f"{head}{_REFERENCE_START}\n\n{reference_markdown()}\n\n{_REFERENCE_END}{tail}")
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 1:
-        _update_reference(sys.argv[1])
+        rewrite_section(sys.argv[1], _REFERENCE_START, _REFERENCE_END, reference_markdown())
     else:
         print(reference_markdown())
