@@ -75,13 +75,13 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    from pql.cli import expand_isaacgym_task, preflight, quiet_replica
+    from pql.cli import expand_isaacgym_task, mps_plan, preflight, quiet_replica
     from pql.runtime import mps
 
     try:
         sys.argv[1:] = quiet_replica(expand_isaacgym_task(sys.argv[1:]))  # Hydra reads sys.argv
         jobs = preflight(sys.argv[1:], CONFIG_DIR)  # before Hydra creates the run directory
-        mode, why_not = mps.plan(jobs, Replicas.from_env().world) if jobs else ("off", None)
+        mode, why_not = mps_plan(jobs, Replicas.from_env().world) if jobs else ("off", None)
         # Before anything initialises CUDA here: this process must be a client of the daemon too.
         with mps.sharing_gpu(mode, why_not):
             main()

@@ -35,11 +35,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pql.algos.common import SoftUpdate, adam
-from pql.config import announce, load_config, resolve
+from pql.config import MPS_MODES, announce, load_config, resolve
 from pql.replay.nstep import keeps_first_step, transition_spec
 from pql.runtime.device import use_device
 from pql.runtime.distributed import Replicas
-from pql.runtime.mps import MODES as MPS_MODES
 from pql.runtime.off_policy.learners import compile_update
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 from pql.runtime.settings import run_settings

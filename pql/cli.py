@@ -19,7 +19,7 @@ import tempfile
 import textwrap
 from typing import cast
 
-from pql.config import ConfigError
+from pql.config import ROLE_DEVICE_KEYS, Config, ConfigError
 
 ISAACGYM_OPTION = "isaacgym"  # cfg/task/isaacgym.yaml
 ISAACGYM_PREFIX = ISAACGYM_OPTION + "/"  # as in tasks.make("isaacgym/Ant", ...)
@@ -293,3 +293,26 @@ def usage(config_dir: str) -> str:
             "Hydra's own options: python train.py --hydra-help; the composed settings: python train.py --cfg job",
         ]
     )
+
+
+def mps_plan(cfgs: list[Config], replicas: int) -> tuple[str, str | None]:
+    """(runtime.mps, why MPS would not help) for the jobs of one command, their devices resolved.
+    One daemon serves the whole command, so a sweep's jobs must agree on runtime.mps."""
+    modes = sorted({cfg.runtime.mps for cfg in cfgs})
+    if len(modes) > 1:
+        raise ConfigError(
+            "runtime.mps",
+            ",".join(modes),
+            "one value for every job of a sweep (one MPS daemon serves the whole command)",
+        )
+    processes_on_gpu = [
+        cfg
+        for cfg in cfgs
+        if cfg.runtime.mode == "process"
+        and any(str(getattr(cfg.runtime, key)).startswith("cuda") for key in ("device", *ROLE_DEVICE_KEYS))
+    ]
+    if not processes_on_gpu:
+        return modes[0], "no job runs processes on a GPU (runtime.mode=process on CUDA)"
+    if replicas > 1:
+        return modes[0], "under torchrun pql starts no daemon unless runtime.mps=on"
+    return modes[0], None

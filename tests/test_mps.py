@@ -13,6 +13,7 @@ import time
 import pytest
 from conftest import ROOT, alive, compose_config, running
 
+from pql.cli import mps_plan
 from pql.config import ConfigError
 from pql.runtime import mps
 
@@ -168,15 +169,15 @@ def test_the_daemon_stops_after_a_crash_or_a_signal(fake_control, how, code):
 
 def test_a_sweep_agrees_on_one_mps_setting(tmp_path):
     cpu = compose_config(["runtime.device=cpu"], str(tmp_path))
-    assert mps.plan([cpu], 1) == ("auto", "no job runs processes on a GPU (runtime.mode=process on CUDA)")
+    assert mps_plan([cpu], 1) == ("auto", "no job runs processes on a GPU (runtime.mode=process on CUDA)")
     gpu = compose_config(["runtime.mps=on"], str(tmp_path))
     gpu.runtime.device = "cuda:0"  # as resolved on a machine with a GPU
-    assert mps.plan([gpu], 1) == ("on", None)
-    assert mps.plan([gpu], 2)[1].startswith("under torchrun")
+    assert mps_plan([gpu], 1) == ("on", None)
+    assert mps_plan([gpu], 2)[1].startswith("under torchrun")
     with pytest.raises(
         ConfigError, match=r"runtime.mps='auto,on' is not allowed; expected one value for every job of a sweep"
     ):
-        mps.plan([cpu, gpu], 1)
+        mps_plan([cpu, gpu], 1)
 
 
 @pytest.mark.slow

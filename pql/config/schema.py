@@ -352,6 +352,7 @@ class ActorConfig:
 
 
 # The roles of the three-role off-policy runtime, each placed by runtime.<role>_device below.
+MPS_MODES = ("auto", "on", "off")  # runtime.mps (pql/runtime/mps.py)
 ROLE_NAMES = ("actor", "v_learner", "p_learner")
 ROLE_DEVICE_KEYS = tuple(f"{name}_device" for name in ROLE_NAMES)
 
@@ -465,8 +466,8 @@ class RuntimeConfig:
     )
     mps: str = option(
         "auto",
-        "one of auto, on, off",
-        one_of("auto", "on", "off"),
+        "one of " + ", ".join(MPS_MODES),
+        one_of(*MPS_MODES),
         doc="process mode on CUDA: a private MPS daemon lets the role processes run on the GPU at "
         "the same time (auto: when the driver's nvidia-cuda-mps-control is there; on: or stop)",
     )

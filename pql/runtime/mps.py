@@ -26,12 +26,11 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-from pql.config import ROLE_DEVICE_KEYS, ConfigError
+from pql.config import MPS_MODES
 
 CONTROL = "nvidia-cuda-mps-control"
 PIPE_ENV, LOG_ENV = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
 DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"  # where CUDA looks without CUDA_MPS_PIPE_DIRECTORY
-MODES = ("auto", "on", "off")
 CONTROL_TIMEOUT_S = 30.0
 
 
@@ -136,8 +135,8 @@ def sharing_gpu(mode: str, why_not: str | None = None) -> Iterator[MpsDaemon | N
     left alone. Otherwise a private daemon is started and its directories exported to this process
     (and so to every process it starts) for the block; if it cannot start, "auto" says why in one
     line and runs without it, "on" raises MpsError. -> the daemon started, or None."""
-    if mode not in MODES:
-        raise ValueError(f"runtime.mps={mode!r}: one of {', '.join(MODES)}")
+    if mode not in MPS_MODES:
+        raise ValueError(f"runtime.mps={mode!r}: one of {', '.join(MPS_MODES)}")
     if mode == "off" or (mode == "auto" and why_not is not None):
         yield None
         return
@@ -186,26 +185,3 @@ def sharing_gpu(mode: str, why_not: str | None = None) -> Iterator[MpsDaemon | N
         logs = daemon.stop()
         if failed and logs:
             print(logs, file=sys.stderr, flush=True)  # what the MPS server saw, for a run that failed
-
-
-def plan(cfgs: list, replicas: int) -> tuple[str, str | None]:
-    """(runtime.mps, why MPS would not help) for the jobs of one command, their devices resolved.
-    One daemon serves the whole command, so a sweep's jobs must agree on runtime.mps."""
-    modes = sorted({cfg.runtime.mps for cfg in cfgs})
-    if len(modes) > 1:
-        raise ConfigError(
-            "runtime.mps",
-            ",".join(modes),
-            "one value for every job of a sweep (one MPS daemon serves the whole command)",
-        )
-    processes_on_gpu = [
-        cfg
-        for cfg in cfgs
-        if cfg.runtime.mode == "process"
-        and any(str(getattr(cfg.runtime, key)).startswith("cuda") for key in ("device", *ROLE_DEVICE_KEYS))
-    ]
-    if not processes_on_gpu:
-        return modes[0], "no job runs processes on a GPU (runtime.mode=process on CUDA)"
-    if replicas > 1:
-        return modes[0], "under torchrun pql starts no daemon unless runtime.mps=on"
-    return modes[0], None
