@@ -230,7 +230,7 @@ def test_every_numeric_key_rejects_nan_and_infinities(algo):
 def test_defaults_validate():
     cfg = load_config(composed([]))
     assert cfg.task.name == "Ant" and cfg.algo.name == "pql"
-    # β_a:v 1:16 on every device (docs/notes/2026-11-27-h100-and-beta-av-16.md); β_p:v the paper's 2.
+    # β_a:v 1:16 on every device (docs/tuning.md); β_p:v the paper's 2.
     assert (cfg.algo.beta_av, cfg.algo.beta_pv) == (16, 2)
 
 

@@ -120,7 +120,7 @@ def _on_policy_net() -> NetConfig:
 
 # Three-step targets keep HalfCheetah upright and Ant ahead on their 1,000-step episodes; on
 # Reacher's 50 and Pusher's 100 they lose to one-step targets, which beat SB3's SAC there while
-# three-step ones do not (docs/notes/2026-11-27-nstep-default-from-episode-length.md).
+# three-step ones do not (docs/tuning.md, algo.nstep).
 SHORT_EPISODE_STEPS = 100
 
 
@@ -161,7 +161,7 @@ class OffPolicyConfig:
     critic_lr: float = option(3e-4, "a number > 0", positive, doc="Adam learning rate of the critic")
     actor_lr: float = option(3e-4, "a number > 0", positive, doc="Adam learning rate of the policy")
     # 1:16 on every device: on a GPU, 1:8 left HalfCheetah on its back in 7 of 12 runs and 1:16 in
-    # none of 6, with Ant no worse at equal wall time (docs/notes/2026-11-27-h100-and-beta-av-16.md).
+    # none of 6, with Ant no worse at equal wall time (docs/tuning.md, algo.beta_av).
     beta_av: int = option(
         16, "an integer >= 1 (critic updates per batched actor step, β_a:v = 1:beta_av)", at_least_one
     )
