@@ -77,7 +77,7 @@ def test_projection_keeps_the_mean_inside_the_support():
     assert torch.allclose(got @ support, reward + discount * (probs @ support), atol=1e-4)
 
 
-def make_algo(**overrides):
+def make_rules(**overrides):
     cfg = PQLDConfig(num_atoms=21, v_min=-5.0, v_max=5.0, **overrides)
     cfg.net.actor_hidden = cfg.net.critic_hidden = (16,)
     return PQLD(cfg, obs_dim=4, act_dim=2)
@@ -97,10 +97,10 @@ def random_batch(batch, g):
 
 def test_target_is_projected_distribution_of_head_with_smaller_mean():
     torch.manual_seed(0)
-    algo = make_algo(target_noise=0.0)
-    policy, critic = algo.make_policy(), algo.make_critic()
+    rules = make_rules(target_noise=0.0)
+    policy, critic = rules.make_policy(), rules.make_critic()
     batch = random_batch(48, torch.Generator().manual_seed(1))
-    got = algo.td_target(batch, critic, policy)
+    got = rules.td_target(batch, critic, policy)
     assert got.shape == (48, 21)
     assert torch.allclose(got.sum(-1), torch.ones(48), atol=1e-5)
     support = torch.linspace(-5.0, 5.0, 21)
@@ -120,8 +120,8 @@ def test_greedy_target_picks_the_distribution_with_the_larger_mean():
     """algo.greedy_nstep: per sample, the n-step or the one-step target distribution, whichever
     has the larger mean."""
     torch.manual_seed(3)
-    algo = make_algo(target_noise=0.0)
-    policy, critic = algo.make_policy(), algo.make_critic()
+    rules = make_rules(target_noise=0.0)
+    policy, critic = rules.make_policy(), rules.make_critic()
     g = torch.Generator().manual_seed(4)
     n_step, one_step = random_batch(48, g), random_batch(48, g)
     batch = {
@@ -130,8 +130,8 @@ def test_greedy_target_picks_the_distribution_with_the_larger_mean():
         "next_obs1": one_step["next_obs"],
         "discount1": one_step["discount"],
     }
-    got = algo.td_target(batch, critic, policy)
-    want_n, want_1 = algo.td_target(n_step, critic, policy), algo.td_target(one_step, critic, policy)
+    got = rules.td_target(batch, critic, policy)
+    want_n, want_1 = rules.td_target(n_step, critic, policy), rules.td_target(one_step, critic, policy)
     support = torch.linspace(-5.0, 5.0, 21)
     larger_n = (want_n @ support >= want_1 @ support).unsqueeze(-1)
     assert torch.allclose(got, torch.where(larger_n, want_n, want_1), atol=1e-6)
@@ -140,14 +140,14 @@ def test_greedy_target_picks_the_distribution_with_the_larger_mean():
 
 def test_critic_loss_is_weighted_cross_entropy_of_both_heads():
     torch.manual_seed(2)
-    algo = make_algo()
-    policy, critic, target_critic = algo.make_policy(), algo.make_critic(), algo.make_critic()
+    rules = make_rules()
+    policy, critic, target_critic = rules.make_policy(), rules.make_critic(), rules.make_critic()
     batch = random_batch(32, torch.Generator().manual_seed(3))
     weights = torch.rand(32)
     torch.manual_seed(4)
-    loss, td_abs, info = algo.critic_loss(critic, target_critic, policy, batch, weights)
+    loss, td_abs, info = rules.critic_loss(critic, target_critic, policy, batch, weights)
     torch.manual_seed(4)
-    target = algo.td_target(batch, target_critic, policy)
+    target = rules.td_target(batch, target_critic, policy)
     logits1, logits2 = critic(batch["obs"], batch["action"])
     support = torch.linspace(-5.0, 5.0, 21)
     ce = [-(target * logits.log_softmax(-1)).sum(-1) for logits in (logits1, logits2)]
@@ -161,10 +161,10 @@ def test_critic_loss_is_weighted_cross_entropy_of_both_heads():
 
 def test_policy_maximises_smaller_expected_q():
     torch.manual_seed(5)
-    algo = make_algo()
-    policy, critic = algo.make_policy(), algo.make_critic().requires_grad_(False)
+    rules = make_rules()
+    policy, critic = rules.make_policy(), rules.make_critic().requires_grad_(False)
     obs = torch.randn(16, 4)
-    loss, _ = algo.policy_loss(policy, critic, obs)
+    loss, _ = rules.policy_loss(policy, critic, obs)
     support = torch.linspace(-5.0, 5.0, 21)
     logits1, logits2 = critic(obs, policy(obs))
     assert torch.allclose(loss, -torch.min(logits1.softmax(-1) @ support, logits2.softmax(-1) @ support).mean())

@@ -15,7 +15,7 @@ from pql.runtime.weight_sync import SharedWeights, WeightsReader
 OBS_DIM, ACT_DIM = 5, 3
 
 
-def make_algo(**overrides):
+def make_rules(**overrides):
     cfg = SACConfig(**overrides)
     cfg.net.actor_hidden = cfg.net.critic_hidden = (16,)
     return SAC(cfg, obs_dim=OBS_DIM, act_dim=ACT_DIM)
@@ -40,13 +40,13 @@ def reference_sample(policy, obs, eps):
 def test_soft_nstep_target_matches_reference():
     torch.manual_seed(0)
     gamma, nstep = 0.9, 3
-    algo = make_algo(init_alpha=0.3, gamma=gamma, nstep=nstep)
-    policy, critic = algo.make_policy(), algo.make_critic()
+    rules = make_rules(init_alpha=0.3, gamma=gamma, nstep=nstep)
+    policy, critic = rules.make_policy(), rules.make_critic()
     batch = {"next_obs": torch.randn(24, OBS_DIM), "reward": torch.randn(24)}
     # γ_b = γ^m for a fold of m ≤ n steps (m < n after a truncation), 0 after a termination.
     batch["discount"] = torch.tensor([gamma**nstep, gamma**2, gamma, 0.0] * 6)
     torch.manual_seed(7)
-    got = algo.td_target(batch, critic, policy)
+    got = rules.td_target(batch, critic, policy)
     torch.manual_seed(7)
     eps = torch.randn(24, ACT_DIM)
     with torch.no_grad():
@@ -63,8 +63,8 @@ def test_greedy_soft_target_is_the_larger_of_the_two():
     """algo.greedy_nstep: the larger of the soft n-step and one-step targets, each bootstrap action
     sampled once (the n-step states' noise first, then the one-step states')."""
     torch.manual_seed(1)
-    algo = make_algo(init_alpha=0.3)
-    policy, critic = algo.make_policy(), algo.make_critic()
+    rules = make_rules(init_alpha=0.3)
+    policy, critic = rules.make_policy(), rules.make_critic()
     batch = {
         "next_obs": torch.randn(24, OBS_DIM),
         "reward": torch.randn(24),
@@ -74,7 +74,7 @@ def test_greedy_soft_target_is_the_larger_of_the_two():
         "discount1": torch.rand(24),
     }
     torch.manual_seed(7)
-    got = algo.td_target(batch, critic, policy)
+    got = rules.td_target(batch, critic, policy)
     torch.manual_seed(7)
     eps = torch.randn(48, ACT_DIM)
     picked_one_step = 0
@@ -97,11 +97,11 @@ def test_greedy_soft_target_is_the_larger_of_the_two():
 
 def test_policy_and_temperature_losses_match_reference():
     torch.manual_seed(1)
-    algo = make_algo(init_alpha=0.2)
-    policy, critic = algo.make_policy(), algo.make_critic().requires_grad_(False)
+    rules = make_rules(init_alpha=0.2)
+    policy, critic = rules.make_policy(), rules.make_critic().requires_grad_(False)
     obs = torch.randn(16, OBS_DIM)
     torch.manual_seed(3)
-    loss, info = algo.policy_loss(policy, critic, obs)
+    loss, info = rules.policy_loss(policy, critic, obs)
     torch.manual_seed(3)
     eps = torch.randn(16, ACT_DIM)
     actor_terms, log_probs = [], []
@@ -124,22 +124,22 @@ def test_temperature_moves_toward_target_entropy():
     """A gradient step on J(α) lowers α while the policy's entropy is above H̄ = −act_dim and
     raises it while below (∂J/∂log α = α·(H − H̄))."""
     torch.manual_seed(2)
-    algo = make_algo(init_alpha=0.5)
-    policy, critic = algo.make_policy(), algo.make_critic().requires_grad_(False)
+    rules = make_rules(init_alpha=0.5)
+    policy, critic = rules.make_policy(), rules.make_critic().requires_grad_(False)
     obs = torch.randn(64, OBS_DIM)
     for log_std, alpha_falls in ((0.0, True), (-5.0, False)):
         with torch.no_grad():
             policy.net[-1].weight[ACT_DIM:].zero_()
             policy.net[-1].bias[ACT_DIM:].fill_(log_std)
         policy.zero_grad()
-        algo.policy_loss(policy, critic, obs)[0].backward()
+        rules.policy_loss(policy, critic, obs)[0].backward()
         assert (float(policy.log_alpha.grad) > 0) == alpha_falls
 
 
 def test_optimiser_groups_cover_every_parameter_once():
-    algo = make_algo(actor_lr=1e-3, alpha_lr=5e-4)
-    policy = algo.make_policy()
-    groups = algo.policy_optim_params(policy)
+    rules = make_rules(actor_lr=1e-3, alpha_lr=5e-4)
+    policy = rules.make_policy()
+    groups = rules.policy_optim_params(policy)
     params = [p for g in groups for p in g["params"]]
     assert len(params) == len(list(policy.parameters()))
     assert {id(p) for p in params} == {id(p) for p in policy.parameters()}
@@ -147,8 +147,8 @@ def test_optimiser_groups_cover_every_parameter_once():
 
 
 def test_v_learner_reads_alpha_from_the_synced_policy():
-    algo = make_algo(init_alpha=0.1)
-    p_learner_policy, v_learner_policy = algo.make_policy(), algo.make_policy()
+    rules = make_rules(init_alpha=0.1)
+    p_learner_policy, v_learner_policy = rules.make_policy(), rules.make_policy()
     with torch.no_grad():
         p_learner_policy.log_alpha.fill_(math.log(0.37))
     shared = SharedWeights(p_learner_policy, "cpu")
@@ -160,17 +160,17 @@ def test_v_learner_reads_alpha_from_the_synced_policy():
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
 def test_explore_samples_the_policy_at_every_actor_precision(precision):
     torch.manual_seed(4)
-    algo = make_algo()
-    acting = InferenceCopy(algo.make_policy(), precision).module
+    rules = make_rules()
+    acting = InferenceCopy(rules.make_policy(), precision).module
     obs = torch.randn(32, OBS_DIM)
     torch.manual_seed(5)
-    a = algo.explore(acting, obs, torch.full((32, 1), 0.05))
+    a = rules.explore(acting, obs, torch.full((32, 1), 0.05))
     torch.manual_seed(5)
-    b = algo.explore(acting, obs, torch.full((32, 1), 0.8))
+    b = rules.explore(acting, obs, torch.full((32, 1), 0.8))
     assert a.shape == (32, ACT_DIM) and a.dtype == torch.float32
     assert (a.abs() <= 1).all()
     assert torch.equal(a, b)  # the per-env noise schedule does not apply to SAC
-    assert not torch.equal(a, algo.explore(acting, obs, torch.full((32, 1), 0.05)))  # it samples
+    assert not torch.equal(a, rules.explore(acting, obs, torch.full((32, 1), 0.05)))  # it samples
 
 
 @pytest.mark.slow
