@@ -15,10 +15,11 @@ import sys
 import torch
 from conftest import compose_config
 
-from pql.config import ALGORITHMS, announce, resolve
+from pql.config import announce, resolve
 from pql.envs import build_env
 from pql.nets import ObsNormalizer
 from pql.runtime.distributed import Replicas, close_replicas, init_replicas, role_group
+from pql.runtime.settings import load_runner, run_settings
 
 TIMEOUT_S = 120
 
@@ -40,7 +41,8 @@ def train_replica(replicas: Replicas, out: str, overrides: list[str]) -> dict:
     cfg, device = resolved.config, torch.device(resolved.devices.main)
     torch.manual_seed(replicas.seed(cfg.runtime.seed))
     env = build_env(cfg.task, 1, device, 0)
-    runner = ALGORITHMS[cfg.algo.name].load_runner()(cfg, device, env.obs_dim, env.act_dim, None)
+    settings = run_settings(cfg, device, replicas)
+    runner = load_runner(settings.algo)(settings.runner, device, env.obs_dim, env.act_dim, None)
     try:
         runner.run(Unattended())
         return runner.checkpoint()
