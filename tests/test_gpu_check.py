@@ -487,63 +487,37 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     assert "===== kernels bench" in log and "boom" in log
 
 
-def test_a_resume_that_starts_over_fails_the_check(tmp_path, monkeypatch):
-    """A resumed run whose counter starts from 0 instead of the checkpoint's is caught."""
+def train_and_resume_report(tmp_path, monkeypatch, fake_train_text: str) -> str:
+    """The check's train and resume steps run against a fake train.py -> report.md's text."""
     out, runs = tmp_path / "report", tmp_path / "runs"
     fake_train = tmp_path / "fake_train.py"
-    fake_train.write_text(FAKE_TRAIN.replace('if "checkpoint" in overrides:', "if False:"))
+    fake_train.write_text(fake_train_text)
     monkeypatch.setattr("bench.gpu.check.TRAIN", str(fake_train))
-    args = gpu_check.parse_args(
-        [
-            "--out",
-            str(out),
-            "--runs-dir",
-            str(runs),
-            "--steps",
-            "train",
-            "resume",
-            "--train-seconds",
-            "2",
-            "--resume-seconds",
-            "1",
-        ]
-    )
+    steps = ["--steps", "train", "resume", "--train-seconds", "2", "--resume-seconds", "1"]
+    args = gpu_check.parse_args(["--out", str(out), "--runs-dir", str(runs), *steps])
     out.mkdir()
-    check = Check(args, str(out), str(runs), INFO)
-    check.run_all()
-    report = (out / "report.md").read_text()
+    Check(args, str(out), str(runs), INFO).run_all()
+    return (out / "report.md").read_text()
+
+
+def test_a_resume_that_starts_over_fails_the_check(tmp_path, monkeypatch):
+    """A resumed run whose counter starts from 0 instead of the checkpoint's is caught."""
+    report = train_and_resume_report(
+        tmp_path, monkeypatch, FAKE_TRAIN.replace('if "checkpoint" in overrides:', "if False:")
+    )
     assert "Resume: **failed**: the resumed run never said it was resuming" in report
 
 
 def test_a_run_that_leaves_shared_cuda_tensors_behind_is_reported(tmp_path, monkeypatch):
     """torch's warning at the end of a training run (a role exited holding the main process's CUDA
     tensors) is found in the run's output and named in the report."""
-    out, runs = tmp_path / "report", tmp_path / "runs"
-    fake_train = tmp_path / "fake_train.py"
-    fake_train.write_text(
+    report = train_and_resume_report(
+        tmp_path,
+        monkeypatch,
         FAKE_TRAIN
         + "sys.stderr.write('[W CudaIPCTypes.cpp:16] ' + %r)\n"
-        % (UNRELEASED_WARNING + ". See Note [Sharing CUDA tensors]\n")
+        % (UNRELEASED_WARNING + ". See Note [Sharing CUDA tensors]\n"),
     )
-    monkeypatch.setattr("bench.gpu.check.TRAIN", str(fake_train))
-    args = gpu_check.parse_args(
-        [
-            "--out",
-            str(out),
-            "--runs-dir",
-            str(runs),
-            "--steps",
-            "train",
-            "resume",
-            "--train-seconds",
-            "2",
-            "--resume-seconds",
-            "1",
-        ]
-    )
-    out.mkdir()
-    Check(args, str(out), str(runs), INFO).run_all()
-    report = (out / "report.md").read_text()
     assert "Shared CUDA tensors: **not released**: torch warned at the end of train and resume" in report
 
 

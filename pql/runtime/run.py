@@ -126,9 +126,10 @@ def _train(cfg, replicas: Replicas) -> dict:
 
 def _run(settings: RunSettings, replicas: Replicas) -> dict:
     device = settings.device
-    if settings.threads.fixed or replicas.local_world > 1:
-        torch.set_num_threads(settings.threads.per_process(1))
-    torch.manual_seed(settings.seed)
+    process = settings.runner.process
+    if process.threads.fixed or replicas.local_world > 1:
+        torch.set_num_threads(process.threads.per_process(1))
+    torch.manual_seed(process.seed)
     envs = settings.eval_envs
     eval_env = build_env(envs.task, envs.num_envs, device, envs.seed)
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim

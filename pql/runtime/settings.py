@@ -154,8 +154,6 @@ class OffPolicySettings:
     process_mode: bool
     warmup_steps: int
     ring_slots: int
-    num_envs: int
-    keeps_first_step: bool
     delivered: str  # the shared weights the run evaluates and checkpoints: POLICY, or DELIVERED (its average)
     ratios: RatioSettings
     process: ProcessSettings
@@ -230,8 +228,6 @@ class RunSettings:
 
     algo: str
     device: torch.device
-    threads: Threads
-    seed: int
     eval_envs: EnvSettings
     resume: ResumeSettings
     logger: LoggerSettings
@@ -242,6 +238,7 @@ class RunSettings:
 def run_settings(cfg: Config, device: torch.device, replicas: Replicas) -> RunSettings:
     """The settings of a run of the resolved `cfg` on `device`, for this replica."""
     runtime = cfg.runtime
+    config = to_dict(cfg)  # what the logs and every checkpoint record
     threads = Threads(runtime.torch_threads, runtime.device == "cpu", replicas.local_world)
     process = ProcessSettings(
         replicas,
@@ -253,13 +250,11 @@ def run_settings(cfg: Config, device: torch.device, replicas: Replicas) -> RunSe
     return RunSettings(
         algo=cfg.algo.name,
         device=device,
-        threads=threads,
-        seed=replicas.seed(runtime.seed),
         eval_envs=EnvSettings(cfg.task, cfg.task.eval_envs if replicas.lead else 1, runtime.seed + EVAL_SEED_OFFSET),
         resume=resume_settings(cfg),
         logger=LoggerSettings(
             cfg.run_dir,
-            to_dict(cfg),
+            config,
             given(runtime.max_env_steps),
             WandbSettings(**vars(cfg.wandb)) if cfg.wandb.activate else None,
             runtime.log_every_s,
@@ -273,7 +268,7 @@ def run_settings(cfg: Config, device: torch.device, replicas: Replicas) -> RunSe
             runtime.max_time_s,
             runtime.stop_at_return,
             cfg.run_dir,
-            {"algo": cfg.algo.name, "task": cfg.task.name, "config": to_dict(cfg)},
+            {"algo": cfg.algo.name, "task": cfg.task.name, "config": config},
         ),
         runner=(
             off_policy_settings(cfg, process)
@@ -297,8 +292,6 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
         process_mode=runtime.mode == "process",
         warmup_steps=algo.warmup_steps,
         ring_slots=runtime.max_lag + STAGING_SLOTS_EXTRA,
-        num_envs=given(cfg.task.num_envs),
-        keeps_first_step=first_step,
         delivered=DELIVERED if algo.policy_average else POLICY,
         ratios=RatioSettings(algo.beta_av, algo.beta_pv, runtime.max_lag, algo.early_beta_av, algo.early_steps),
         process=process,

@@ -38,12 +38,12 @@ def make_shared(settings: OffPolicySettings, rules, obs_dim: int, act_dim: int, 
     }
     if settings.delivered == DELIVERED:
         weights[DELIVERED] = SharedWeights(rules.make_policy(), p_learner)
-    staging = staging_spec(obs_dim, act_dim, settings.keeps_first_step)
+    staging = staging_spec(obs_dim, act_dim, settings.actor.keeps_first_step)
     return make_shared_state(
         RatioCounters(),
         LearnerStats(),
         staging,
-        (settings.ring_slots, settings.num_envs),
+        (settings.ring_slots, settings.actor.envs.num_envs),
         actor,
         weights,
         ROLE_NAMES,
