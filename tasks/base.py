@@ -14,6 +14,10 @@ The MuJoCo tasks' `info` also holds Gymnasium's per-step info entries under its 
 float32 each, of the step that just ended: the reward terms (signed addends of the reward, e.g.
 "reward_forward", "reward_ctrl"), the positions and velocities ("x_position", "x_velocity", ...),
 as docs/tasks.md lists per task.
+
+An env that can be checkpointed returns its whole state from `state_dict()`: a dict of CPU tensors,
+ints, floats, strings and dicts of these (what `torch.load(weights_only=True)` reads), and an env of
+the same task, size and seed continues those episodes exactly after `load_state_dict(state)`.
 """
 
 from __future__ import annotations
@@ -51,8 +55,56 @@ class BatchedEnv(abc.ABC):
         truncated [N] bool, info {"final_obs": [N, obs_dim] float32, and a task's own entries}.
         """
 
+    def state_dict(self) -> dict:
+        """Everything the next steps read, as copies on the CPU (see the module docstring).
+
+        Raises TaskError for an env that cannot be checkpointed (this default).
+        """
+        raise self._cannot_checkpoint()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the episodes of `state` (from `state_dict` of an env of the same task, size and seed).
+
+        Raises TaskError (a ValueError), before changing anything, if `state` is of another task,
+        backend, env count, seed or layout, and for an env that cannot be checkpointed (this default).
+        """
+        raise self._cannot_checkpoint()
+
+    def _cannot_checkpoint(self) -> TaskError:
+        return TaskError(
+            f"{type(self).__name__} cannot be checkpointed: it does not save or restore its simulator's "
+            "state (the MuJoCo tasks can); train it without checkpoints of its envs"
+        )
+
     def close(self) -> None:  # noqa: B027 (a task without a simulator to release keeps this one)
         """Release the simulator; the env cannot be used afterwards."""
+
+
+def check_state_fits(state, expected, path: str = "") -> None:
+    """Raises TaskError (a ValueError) naming the first entry where `state` differs from `expected`,
+    a state of the env that loads it: keys, a tensor's shape or dtype, or any other value (the
+    task, a size). Entries are checked in `expected`'s order, so that what the state is of comes first."""
+    where = f"{path} " if path else ""
+    if isinstance(expected, dict):
+        if not isinstance(state, dict):
+            raise TaskError(f"cannot load the env state: its {where}is a {type(state).__name__}, this env's a dict")
+        for key, value in expected.items():
+            entry = f"{path}.{key}" if path else key
+            if key not in state:
+                raise TaskError(f"cannot load the env state: it lacks {entry}, which this env has")
+            check_state_fits(state[key], value, entry)
+        extra = sorted(map(str, state.keys() - expected.keys()))
+        if extra:
+            raise TaskError(f"cannot load the env state: its {where}holds {', '.join(extra)}, which this env does not")
+    elif isinstance(expected, torch.Tensor):
+        if not isinstance(state, torch.Tensor) or (state.shape, state.dtype) != (expected.shape, expected.dtype):
+            got = f"{tuple(state.shape)} {state.dtype}" if isinstance(state, torch.Tensor) else type(state).__name__
+            raise TaskError(
+                f"cannot load the env state: its {where}is {got} where this env expects "
+                f"{tuple(expected.shape)} {expected.dtype}"
+            )
+    elif state != expected:
+        raise TaskError(f"cannot load the env state: its {where}is {state!r} where this env has {expected!r}")
 
 
 def check_num_envs(num_envs) -> int:

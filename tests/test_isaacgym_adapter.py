@@ -241,6 +241,16 @@ def test_actions_are_checked_and_close_reaches_the_task():
     assert vec_task.closed
 
 
+def test_the_adapter_cannot_be_checkpointed():
+    """Isaac Gym's simulator state cannot be read back, so the adapter says so instead of saving part of it."""
+    env = IsaacGymEnv(FakeVecTask(fake_config()))
+    env.reset()
+    with pytest.raises(TaskError, match="IsaacGymEnv cannot be checkpointed"):
+        env.state_dict()
+    with pytest.raises(TaskError, match="IsaacGymEnv cannot be checkpointed"):
+        env.load_state_dict({})
+
+
 FAKE_ISAACGYM = '''"""Stands in for Isaac Gym: refuses to load after torch, as isaacgym/gymdeps.py does."""
 import os
 import sys

@@ -9,7 +9,7 @@ from __future__ import annotations
 import mujoco
 import torch
 
-from ..base import ActionCheck, BatchedEnv
+from ..base import ActionCheck, BatchedEnv, check_state_fits
 from .task import Task, load_asset
 
 
@@ -34,6 +34,7 @@ class MujocoEnv(BatchedEnv):
         self.physics = physics_cls(model, num_envs, device, self.task, seed)
         self.num_envs = num_envs
         self.device = device
+        self._seed = seed
         self.obs_dim = self.task.obs_dim
         self.act_dim = model.nu
         self.max_episode_steps = self.task.max_episode_steps
@@ -80,6 +81,39 @@ class MujocoEnv(BatchedEnv):
             mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         dtype = self.physics.dtype
         return self._restart(mask, self._last_obs, (qpos.to(self.device, dtype), qvel.to(self.device, dtype)))
+
+    def state_dict(self) -> dict:
+        """The state of every env, copies on the CPU:
+
+        "task", "backend" (str), "num_envs", "seed" (int) and "layout" ({"nq", "nv", ...}: int) say
+        what it is of; "physics" is the backend's (its integration state, the reset noise's counters
+        and the task's derived fields); "elapsed" [N] int64 the steps of each episode so far;
+        "last_obs" [N, obs_dim] float32; "position" [N, k] the task's tracked position (tasks with one).
+        """
+        state = {
+            "task": type(self.task).__name__,
+            "backend": self.physics.backend,
+            "num_envs": self.num_envs,
+            "seed": self._seed,
+            "layout": dict(self.physics.layout),
+            "physics": self.physics.state_dict(),
+            "elapsed": self._elapsed.to("cpu", copy=True),
+            "last_obs": self._last_obs.to("cpu", copy=True),
+        }
+        if self._position is not None:
+            state["position"] = self._position.to("cpu", copy=True)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the episodes of `state` (from `state_dict`): the next steps give what the saved
+        env's would, to the bit. Raises TaskError (a ValueError), before changing anything, if the
+        state is of another task, backend, env count, seed or layout."""
+        check_state_fits(state, self.state_dict())
+        self.physics.load_state_dict(state["physics"])
+        self._elapsed.copy_(state["elapsed"])
+        self._last_obs = state["last_obs"].to(self.device, copy=True)
+        if self._position is not None:
+            self._position = state["position"].to(self.device, copy=True)
 
     def _restart(self, mask: torch.Tensor, obs: torch.Tensor, initial=None) -> torch.Tensor:
         """Start new episodes where mask [N] is true, at `initial` (qpos, qvel) or at random

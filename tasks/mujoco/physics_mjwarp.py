@@ -29,7 +29,7 @@ import torch
 import warp as wp
 
 from ..base import LateRead, TaskError
-from .task import Task, init_warp
+from .task import Task, init_warp, physics_layout
 
 # The smooth stages a reset may run, in pipeline order (each needs the ones before it), and how
 # many of them a task must run to read a field at the new state. qpos and qvel are written by the
@@ -59,6 +59,26 @@ _ZEROED_AT_RESET = ("cfrc_ext", "qfrc_actuator")
 # (nonzero at a start state where a joint sits within its limit's margin, so not zeroed).
 _FORWARD_NEEDED = ("qfrc_constraint",)
 
+# The fields of Data that MuJoCo C's mjSTATE_INTEGRATION holds (MuJoCo Warp has no plugin state):
+# the next step recomputes every other field from these. Sleeping trees' state is left out, as C
+# leaves it out; no task enables sleeping.
+_INTEGRATION = (
+    "time",
+    "qpos",
+    "qvel",
+    "act",
+    "history",
+    "plastic",
+    "qacc_warmstart",
+    "ctrl",
+    "qfrc_applied",
+    "xfrc_applied",
+    "eq_active",
+    "mocap_pos",
+    "mocap_quat",
+    "userdata",
+)
+
 # Overflow flags of the buffers make_data sizes -> the Task attribute that sizes them. The
 # solver's iteration-limit flags are not overflows and are left alone.
 _OVERFLOW_SIZED_BY = {
@@ -76,6 +96,7 @@ class MjwarpPhysics:
     of the task's fields. seed keys the task's reset noise (Task.add_reset_noise)."""
 
     dtype = torch.float32
+    backend = "mjwarp"
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device, task: Task, seed: int):
         self._task, self._seed = task, seed
@@ -95,6 +116,7 @@ class MjwarpPhysics:
         if model.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
             model = copy.copy(model)
             model.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
+        self.layout = physics_layout(model)
         init_warp()
         self._device = wp.device_from_torch(device)
         self._sizes = {"nconmax": task.nconmax, "njmax": task.njmax}
@@ -112,9 +134,12 @@ class MjwarpPhysics:
         self.state = {name: wp.to_torch(getattr(self._data, name)) for name in fields}
         self._ctrl = wp.to_torch(self._data.ctrl)
         self._qpos, self._qvel = wp.to_torch(self._data.qpos), wp.to_torch(self._data.qvel)
+        self._integration = {name: wp.to_torch(getattr(self._data, name)) for name in _INTEGRATION}
+        self._derived = [name for name in fields if name not in _INTEGRATION]
         self._mask = torch.zeros(num_envs, dtype=torch.bool, device=device)
         self._mask_wp = wp.from_torch(self._mask)
-        self._episodes = wp.from_torch(torch.zeros(num_envs, dtype=torch.int32, device=device))
+        self._episodes = torch.zeros(num_envs, dtype=torch.int32, device=device)  # random starts: the noise's key
+        self._episodes_wp = wp.from_torch(self._episodes)
         self._overflow_seen = torch.zeros(1, dtype=torch.int32, device=device)  # OR of the flags of all steps
         self._overflow_seen_wp = wp.from_torch(self._overflow_seen)
         self._overflow_read = LateRead(self._overflow_seen)
@@ -168,13 +193,38 @@ class MjwarpPhysics:
         mjw.reset_data(self._model, self._data, reset=self._mask_wp)
 
     def _add_noise(self) -> None:
-        self._task.add_reset_noise(self._seed, self._mask_wp, self._episodes, self._data.qpos, self._data.qvel)
+        self._task.add_reset_noise(self._seed, self._mask_wp, self._episodes_wp, self._data.qpos, self._data.qvel)
 
     def _run_stages(self) -> None:
         # Every world runs them (MuJoCo Warp has no world mask); the others' results are never
         # read, since their next step recomputes all derived fields from an unchanged state.
         for stage in self._stages:
             stage(self._model, self._data)
+
+    def state_dict(self) -> dict:
+        """{"integration": {Data field: [N, ...]} (_INTEGRATION), "episodes": [N] int32 (the reset
+        noise's counters), "derived": {field: [N, ...] float32} (the task's other fields)}, copies
+        on the CPU. Raises TaskError if a buffer has overflowed: that physics is not worth keeping."""
+        self._raise_if_overflow(int(self._overflow_seen[0]), "")
+        return {
+            "integration": {name: _host_copy(field) for name, field in self._integration.items()},
+            "episodes": _host_copy(self._episodes),
+            "derived": {name: _host_copy(self.state[name]) for name in self._derived},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores what `state_dict` returned (checked by the caller to have its shapes and dtypes).
+
+        Copies in place: the captured graphs hold the arrays' addresses. The derived fields are
+        stored rather than recomputed: after a step they describe the last substep's evaluation,
+        before its integration, which a forward at the state reached would not give (and after a
+        reset, only the stages the task needs have run). The next step recomputes them anyway.
+        """
+        for name, field in self._integration.items():
+            field.copy_(state["integration"][name])
+        for name in self._derived:
+            self.state[name].copy_(state["derived"][name])
+        self._episodes.copy_(state["episodes"])
 
     def _check_overflow(self) -> None:
         seen = self._overflow_read.read()
@@ -227,6 +277,10 @@ class MjwarpPhysics:
     def close(self) -> None:
         self._graphs.clear()
         self.state, self._model, self._data = {}, None, None
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu", copy=True)
 
 
 @wp.kernel

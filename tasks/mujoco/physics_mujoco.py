@@ -17,7 +17,12 @@ import numpy as np
 import torch
 import warp as wp
 
-from .task import Task, init_warp
+from .task import Task, init_warp, physics_layout
+
+# Every part of MjData that mj_step reads rather than recomputes (time, qpos, qvel, act,
+# qacc_warmstart, ctrl, applied forces, mocap, ...): restored, the next steps are the same to the
+# bit (tests/test_tasks_state.py).
+_INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
 class MujocoPhysics:
@@ -28,6 +33,7 @@ class MujocoPhysics:
     """
 
     dtype = torch.float64
+    backend = "mujoco"
 
     def __init__(
         self,
@@ -40,7 +46,9 @@ class MujocoPhysics:
     ):
         self.model = model
         self.num_envs = num_envs
+        self.layout = physics_layout(model)
         fields = task.fields
+        self._derived = [name for name in fields if name not in ("qpos", "qvel")]  # qpos, qvel: in _INTEGRATION
         self._datas = [mujoco.MjData(model) for _ in range(num_envs)]
         self._ctrl = [d.ctrl for d in self._datas]
         self._post_constraint = "cfrc_ext" in fields
@@ -51,9 +59,9 @@ class MujocoPhysics:
         self._qpos0 = torch.from_numpy(model.qpos0.copy())
         self._start_qpos = torch.zeros(num_envs, model.nq, dtype=torch.float64)
         self._start_qvel = torch.zeros(num_envs, model.nv, dtype=torch.float64)
+        self._episodes = torch.zeros(num_envs, dtype=torch.int32)  # each env's random starts (the noise's key)
         self._noise_args = [
-            wp.from_torch(t)
-            for t in (self._restart, torch.zeros(num_envs, dtype=torch.int32), self._start_qpos, self._start_qvel)
+            wp.from_torch(t) for t in (self._restart, self._episodes, self._start_qpos, self._start_qvel)
         ]
         with wp.ScopedCapture(device="cpu") as capture:
             task.add_reset_noise(seed, *self._noise_args)
@@ -113,6 +121,35 @@ class MujocoPhysics:
             mujoco.mj_forward(self.model, data)
             for name, views in self._views.items():
                 self._host[name][i] = views[i]
+        self._publish()
+
+    def state_dict(self) -> dict:
+        """{"integration": [N, mj_stateSize] float64 (mjSTATE_INTEGRATION), "episodes": [N] int32
+        (the reset noise's counters), "derived": {field: [N, ...] float64} (the task's other fields)},
+        copies on the CPU."""
+        integration = np.empty((self.num_envs, mujoco.mj_stateSize(self.model, _INTEGRATION)))
+        for data, row in zip(self._datas, integration):
+            mujoco.mj_getState(self.model, data, row, _INTEGRATION)
+        return {
+            "integration": torch.from_numpy(integration),
+            "episodes": self._episodes.clone(),
+            "derived": {name: torch.from_numpy(self._host[name].copy()) for name in self._derived},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores what `state_dict` returned (checked by the caller to have its shapes and dtypes)."""
+        integration = np.ascontiguousarray(state["integration"].numpy())
+        derived = {name: state["derived"][name].numpy() for name in self._derived}
+        for i, data in enumerate(self._datas):
+            mujoco.mj_setState(self.model, data, integration[i], _INTEGRATION)
+            # Stored, not recomputed: after mj_step they describe the last substep's evaluation,
+            # before its integration (cfrc_ext its constraint forces), which mj_forward at the
+            # state reached would not give. The next mj_step recomputes them before reading them.
+            for name in self._derived:
+                self._views[name][i][...] = derived[name][i]
+        self._episodes.copy_(state["episodes"])  # in place: the noise graph holds its address
+        for name, views in self._views.items():
+            np.stack(views, out=self._host[name])
         self._publish()
 
     def _publish(self) -> None:

@@ -178,6 +178,11 @@ def load_asset(xml: str) -> mujoco.MjModel:
     return model
 
 
+def physics_layout(model: mujoco.MjModel) -> dict[str, int]:
+    """The sizes of `model` that shape a saved physics state (recorded in it and checked at a load)."""
+    return {name: int(getattr(model, name)) for name in ("nq", "nv", "na", "nu", "nbody", "nmocap", "neq", "nuserdata")}
+
+
 def body_id(model: mujoco.MjModel, name: str) -> int:
     """The id of the body called `name` in `model` (its row in xpos)."""
     index = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, name)
