@@ -423,6 +423,12 @@ class RuntimeConfig:
     checkpoint_every: int | None = option(
         None, "an integer > 0", positive, on_device=(5_000_000, 100_000), doc="env steps between checkpoints"
     )
+    checkpoint_replay: bool = option(
+        True,
+        "true or false",
+        doc="checkpoints hold the off-policy learners' replay, beside checkpoint.pt, so that a resume continues "
+        "where the run stopped (docs/checkpoints.md); a checkpoint without room for it on the disk leaves it out",
+    )
     policy_publish_every: int = option(
         1,
         "an integer >= 1",

@@ -6,13 +6,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from pql.replay.buffer import ReplayBuffer, UniformSampler
-from pql.replay.prioritized import PrioritizedSampler
+from pql.replay.buffer import ReplayBuffer, UniformSampler, replay_layout
+from pql.replay.prioritized import PrioritizedSampler, sampler_kind
 
 if TYPE_CHECKING:
     from pql.config import ReplayConfig
 
-__all__ = ["PrioritizedSampler", "ReplayBuffer", "UniformSampler", "make_sampler"]
+__all__ = [
+    "PrioritizedSampler",
+    "ReplayBuffer",
+    "UniformSampler",
+    "make_sampler",
+    "replay_layout",
+    "sampler_layout_kind",
+]
 
 
 def make_sampler(replay_cfg: ReplayConfig, capacity: int, device: torch.device) -> PrioritizedSampler | None:
@@ -31,3 +38,8 @@ def make_sampler(replay_cfg: ReplayConfig, capacity: int, device: torch.device) 
         # On a GPU each check is a host sync per update; the CPU checks for free.
         validate=torch.device(device).type == "cpu",
     )
+
+
+def sampler_layout_kind(replay_cfg: ReplayConfig) -> str:
+    """The kind of sampler replay_cfg asks for, as a saved replay's layout names it."""
+    return UniformSampler.kind if replay_cfg.kind == "uniform" else sampler_kind(replay_cfg.priority_mode)

@@ -6,8 +6,19 @@ from __future__ import annotations
 import torch
 
 
+def replay_layout(capacity: int, spec: dict, sampler_kind: str) -> dict:
+    """What a saved replay must match to load into another: capacity, fields, sampler kind."""
+    return {
+        "capacity": capacity,
+        "fields": {k: [list(shape), str(dtype).removeprefix("torch.")] for k, (shape, dtype) in spec.items()},
+        "sampler": sampler_kind,
+    }
+
+
 class UniformSampler:
     """Uniform sampling with replacement; importance weights are all 1."""
+
+    kind = "uniform"
 
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
@@ -21,6 +32,15 @@ class UniformSampler:
         return indices, torch.ones(batch_size, device=self.device)
 
     def update(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
+        return None
+
+    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        return {}, {}
+
+    def state_targets(self, small: dict) -> dict[str, torch.Tensor]:
+        return {}
+
+    def load_state(self, small: dict) -> None:
         return None
 
 
@@ -78,3 +98,31 @@ class ReplayBuffer:
 
     def update_priorities(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
         self.sampler.update(indices, td_abs)
+
+    def layout(self) -> dict:
+        """What a saved replay must match to load here: capacity, fields and sampler."""
+        spec = {k: (tuple(v.shape[1:]), v.dtype) for k, v in self.storage.items()}
+        return replay_layout(self.capacity, spec, self.sampler.kind)
+
+    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """(plain state: layout, write position, size and the sampler's scalars; the tensors to
+        save in bulk: the filled rows of every field and the sampler's priorities)."""
+        sampler_small, sampler_bulk = self.sampler.state()
+        bulk = {f"storage.{k}": v[: self.size] for k, v in self.storage.items()}
+        bulk.update({f"sampler.{k}": t for k, t in sampler_bulk.items()})
+        return {"layout": self.layout(), "cursor": self.cursor, "size": self.size, "sampler": sampler_small}, bulk
+
+    def load_targets(self, small: dict) -> dict[str, torch.Tensor]:
+        """The tensors that a saved state's bulk is read into, in the order `state` listed them
+        (the storage's rows in place; nothing is allocated twice). Raises ValueError if the saved
+        layout is not this replay's."""
+        if small["layout"] != self.layout():
+            raise ValueError(f"a replay of layout {small['layout']} cannot load into one of {self.layout()}")
+        targets = {f"storage.{k}": v[: small["size"]] for k, v in self.storage.items()}
+        targets.update({f"sampler.{k}": t for k, t in self.sampler.state_targets(small["sampler"]).items()})
+        return targets
+
+    def load_state(self, small: dict) -> None:
+        """Take the write position and size of a saved state whose bulk `load_targets` received."""
+        self.cursor, self.size = small["cursor"], small["size"]
+        self.sampler.load_state(small["sampler"])

@@ -44,6 +44,11 @@ def _check_number(name: str, value, ok: bool, allowed: str) -> None:
         raise ValueError(f"{name}={value!r} is not allowed; expected {allowed}")
 
 
+def sampler_kind(mode: str) -> str:
+    """How a saved replay names a prioritized sampler of `mode`: its priorities mean nothing to another."""
+    return f"prioritized/{mode}"
+
+
 class PrioritizedSampler:
     """Prioritized sampler over `capacity` slots on `device`.
 
@@ -88,6 +93,7 @@ class PrioritizedSampler:
             "an integer >= 1 (sample calls between re-ranks) or None (size / batch_size)",
         )
         self.mode, self.alpha, self.beta0, self.eps = mode, float(alpha), float(beta0), float(eps)
+        self.kind = sampler_kind(mode)
         self.beta_anneal_updates = beta_anneal_updates
         self.validate = validate
         self.tree = SumTree(capacity, device, validate=validate, impl=impl)
@@ -106,6 +112,38 @@ class PrioritizedSampler:
             self._uses_left = 0
             self._changed = False
             self._new_at_max = 0
+
+    def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """(scalars, tensors) that restore this sampler exactly: the tree, the running max, the
+        anneal count, and in rank mode the |delta| per slot and the last ranking's state."""
+        small = {
+            "num_samples": self.num_samples,
+            "max_priority": self.max_priority.item(),
+        }
+        bulk = {"sum_tree": self.tree.sum_tree, "min_tree": self.tree.min_tree}
+        if self.mode == "rank":
+            small.update(
+                uses_left=self._uses_left,
+                changed=self._changed,
+                new_at_max=self._new_at_max,
+                ranked=self._ranked_neg_td.numel(),
+            )
+            bulk.update(td_abs=self.td_abs, ranked_neg_td=self._ranked_neg_td)
+        return small, bulk
+
+    def state_targets(self, small: dict) -> dict[str, torch.Tensor]:
+        """Where a saved state's tensors go (`state`'s order): the tree's own tensors in place."""
+        targets = {"sum_tree": self.tree.sum_tree, "min_tree": self.tree.min_tree}
+        if self.mode == "rank":
+            self._ranked_neg_td = torch.empty(small["ranked"], dtype=torch.float32, device=self.device)
+            targets.update(td_abs=self.td_abs, ranked_neg_td=self._ranked_neg_td)
+        return targets
+
+    def load_state(self, small: dict) -> None:
+        self.num_samples = small["num_samples"]
+        self.max_priority.fill_(small["max_priority"])
+        if self.mode == "rank":
+            self._uses_left, self._changed, self._new_at_max = small["uses_left"], small["changed"], small["new_at_max"]
 
     @property
     def beta(self) -> float:

@@ -20,6 +20,8 @@ only: a role that may not run waits (pql/runtime/waiting.py) until one holds.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pql.runtime.shared import RunCounters, RunStats, SharedState
 
 
@@ -44,6 +46,12 @@ class RatioCounters(RunCounters):
     launch_policy_updates: int
     warmup_steps: int
     persistent = RunCounters.persistent + ("actor_steps", "critic_updates", "policy_updates")
+    launch: ClassVar[tuple[str, ...]] = (
+        "launch_actor_steps",
+        "launch_critic_updates",
+        "launch_policy_updates",
+        "warmup_steps",
+    )
     progress = ("actor_steps", "critic_updates", "policy_updates", "consumed_v", "consumed_p")
 
     def start_launch(self, warmup_steps: int) -> None:
@@ -53,6 +61,12 @@ class RatioCounters(RunCounters):
         self.launch_policy_updates = self.policy_updates
         self.consumed_v = self.consumed_p = self.actor_steps
         self.warmup_steps = warmup_steps
+
+    def continue_launch(self, launch: dict) -> None:
+        """Go on with the saved launch (`launch`'s counters): a resume whose learners kept their
+        replay continues the ratios' counts, and its warm-up, as if never stopped."""
+        self.load(launch)
+        self.consumed_v = self.consumed_p = self.actor_steps
 
 
 class LearnerStats(RunStats):

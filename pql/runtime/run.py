@@ -33,8 +33,10 @@ import time
 import torch
 from torch import nn
 
+from pql.bulk import BulkError, check_bulk, descriptions, remove_unreferenced
 from pql.checkpoint import (
     STOP_SIGNALS,
+    CheckpointError,
     CheckpointWriteError,
     load_checkpoint,
     rng_state,
@@ -183,6 +185,16 @@ def load_resume(resume: ResumeSettings, replicas: int = 1) -> dict | None:
     if not resume.checkpoint:
         return None
     state = load_checkpoint(resume.checkpoint)
+    # The replay beside it: whole, or the checkpoint is refused before anything is built. Its
+    # description then names it by path, for the learner that reads it (in any process). An
+    # evaluation reads none of it.
+    for bulk in [] if resume.test else descriptions(state):
+        path = os.path.join(os.path.dirname(os.path.abspath(resume.checkpoint)), bulk["file"])
+        try:
+            check_bulk(path, bulk)
+        except BulkError as e:
+            raise CheckpointError(f"{resume.checkpoint} cannot be resumed: {e}") from e
+        bulk["file"] = path
     for key, current in (("algo", resume.algo), ("task", resume.task)):
         if state[key] != current:
             raise ConfigError(
@@ -398,6 +410,9 @@ class Monitor:
                 **state,
             },
         )
+        # The replay of older checkpoints (and of any that could not be written) goes now that
+        # this one is whole and in place.
+        remove_unreferenced(os.path.dirname(os.path.abspath(path)), {d["file"] for d in descriptions(state)})
         return state["counters"]
 
     def save_interrupted(self) -> None:

@@ -123,6 +123,7 @@ class LearnerSettings:
     batch_size: int
     publish_every: int
     compile: bool
+    snapshot_dir: str | None  # where checkpoints write this learner's replay (None: they leave it out)
 
 
 @dataclass(frozen=True)
@@ -287,6 +288,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
     assert isinstance(algo, OffPolicyConfig)
     first_step = keeps_first_step(algo)
     seed, capacity, batch_size = process.seed, given(replay.capacity), given(algo.batch_size)
+    snapshot_dir = cfg.run_dir if runtime.checkpoint_replay else None
     return OffPolicySettings(
         algo=algo,
         process_mode=runtime.mode == "process",
@@ -314,6 +316,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             batch_size=batch_size,
             publish_every=runtime.critic_publish_every,
             compile=given(runtime.compile),
+            snapshot_dir=snapshot_dir,
             replay=replay,
             keeps_first_step=first_step,
             staged_priorities=replay.actor_priorities,
@@ -328,6 +331,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             batch_size=batch_size,
             publish_every=runtime.policy_publish_every,
             compile=given(runtime.compile),
+            snapshot_dir=snapshot_dir,
             policy_average=algo.policy_average,
         ),
     )

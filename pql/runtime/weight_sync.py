@@ -51,6 +51,23 @@ class SharedWeights:
         """The newest whole version (0: nothing published yet)."""
         return int(self.counters[PUBLISHED])
 
+    def snapshot(self) -> dict:
+        """The newest whole version, {"version", "weights"} (on the CPU), read so that a writer
+        publishing meanwhile cannot tear it (a torn copy is read again)."""
+        while True:
+            version = self.current_version()
+            weights = self.flat[version % 2].cpu().clone()
+            if int(self.counters[WRITING]) <= version + 1:
+                return {"version": version, "weights": weights}
+
+    def restore(self, snapshot: dict) -> None:
+        """Publish `snapshot` again under its own version: the readers see what they saw when it
+        was taken (a resume in one process continues exactly)."""
+        version = snapshot["version"]
+        self.flat[version % 2].copy_(snapshot["weights"])
+        self.counters[PUBLISHED] = self.counters[WRITING] = version
+        self._pending = None
+
     @torch.no_grad()
     def publish(self, module: nn.Module, wait: bool = False) -> None:
         """Queue a copy of `module`'s weights as the next version. wait=True: return only once it

@@ -19,6 +19,7 @@ from pql.runtime.episodes import EpisodeStats
 from pql.runtime.off_policy.precision import InferenceCopy
 from pql.runtime.settings import ActorSettings
 from pql.runtime.weight_sync import WeightsReader
+from tasks import TaskError
 
 EPISODE_REPORT_EVERY = 16  # actor steps between reports of the training episodes (a host sync on CUDA)
 
@@ -142,16 +143,62 @@ class Actor:
         self._count_landed()
 
     def state_dict(self) -> dict:
-        # No window or observations: a resumed run restarts its envs' episodes.
-        return {
-            "policy": self.policy.state_dict(),
+        """The actor's networks and streams, and where its envs stand ("envs": None where the
+        envs cannot be saved, as Isaac Gym's: a resume then starts new episodes)."""
+        state = {
+            "policy": {"weights": self.policy.state_dict(), "version": self.policy_reader.version},
+            "critic": None
+            if self.critic is None or self.critic_reader is None
+            else {"weights": self.critic.state_dict(), "version": self.critic_reader.version},
             "normalizer": self.normalizer.state_dict(),
             "generator": self.generator.get_state(),
+            "local_steps": self.local_steps,
+            "random_warmup": self.random_warmup,
+        }
+        try:
+            env = self.env.state_dict()
+        except TaskError:
+            return {**state, "envs": None}
+        episodes = self.episodes
+        return {
+            **state,
+            "envs": {
+                "env": env,
+                "obs": self.obs,
+                "window": [list(step) for step in self.window.steps],
+                "noise_std": self.noise_std,
+                "episodes": {"return": episodes.ep_return, "length": episodes.ep_length, "finished": episodes.finished},
+            },
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"])
+        self.policy.load_state_dict(state["policy"]["weights"])
+        self.policy_reader.version = state["policy"]["version"]
         self.acting.refresh()
+        if self.critic is not None and self.critic_reader is not None and state["critic"] is not None:
+            self.critic.load_state_dict(state["critic"]["weights"])
+            self.critic_reader.version = state["critic"]["version"]
         self.normalizer.load_state_dict(state["normalizer"])
         self.shared.weights[NORMALIZER].publish(self.normalizer, wait=True)  # the learners' statistics too
         self.generator.set_state(state["generator"])
+        self.local_steps, self.random_warmup = state["local_steps"], state["random_warmup"]
+        self._load_envs(state["envs"])
+
+    def _load_envs(self, saved: dict | None) -> None:
+        """Continue the saved envs' episodes where they stood (else, as for a checkpoint of envs
+        that cannot be saved or of another env count, they start new ones)."""
+        if saved is None:
+            return
+        try:
+            self.env.load_state_dict(saved["env"])
+        except ValueError as e:
+            print(f"pql: actor: the checkpoint's envs are not these ({e}): they start new episodes", flush=True)
+            return
+        self.obs = saved["obs"].to(self.device)
+        self.window.steps = [tuple(None if t is None else t.to(self.device) for t in step) for step in saved["window"]]
+        if self.noise_std is not None:
+            self.noise_std.copy_(saved["noise_std"])
+        episodes = saved["episodes"]
+        self.episodes.ep_return.copy_(episodes["return"])
+        self.episodes.ep_length.copy_(episodes["length"])
+        self.episodes.finished.copy_(episodes["finished"])

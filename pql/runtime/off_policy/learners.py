@@ -11,18 +11,35 @@ import copy
 import torch
 
 from pql.algos.common import Checkpointable, SoftUpdate, adam
+from pql.bulk import disk_size, fits_disk, nbytes, read_bulk, write_bulk
 from pql.nets import ObsNormalizer
-from pql.replay import ReplayBuffer, make_sampler
+from pql.replay import ReplayBuffer, UniformSampler, make_sampler, replay_layout, sampler_layout_kind
 from pql.replay.nstep import transition_spec
 from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY
 from pql.runtime.control import PQLShared, RatioController
 from pql.runtime.device import InFlight, host_values
 from pql.runtime.distributed import ReplicaGroup
 from pql.runtime.divergence import check_values
-from pql.runtime.settings import LearnerSettings, PLearnerSettings, VLearnerSettings
+from pql.runtime.settings import LearnerSettings, OffPolicySettings, PLearnerSettings, VLearnerSettings
 from pql.runtime.weight_sync import WeightsReader
 
 LOSS_REPORT_EVERY = 50  # updates between reports of the losses (a host sync on CUDA)
+
+
+def observation_spec(obs_dim: int) -> dict:
+    """What the P-learner's replay holds: observations only."""
+    return {"obs": ((obs_dim,), torch.float32)}
+
+
+def replay_layouts(settings: OffPolicySettings, obs_dim: int, act_dim: int) -> dict[str, dict]:
+    """Each learner's replay layout (pql.replay.replay_layout) under `settings`."""
+    v = settings.v_learner
+    return {
+        "v_learner": replay_layout(
+            v.capacity, transition_spec(obs_dim, act_dim, v.keeps_first_step), sampler_layout_kind(v.replay)
+        ),
+        "p_learner": replay_layout(settings.p_learner.capacity, observation_spec(obs_dim), UniformSampler.kind),
+    }
 
 
 def compile_update(fn, enabled: bool, device: torch.device):
@@ -47,11 +64,13 @@ class _Learner(Checkpointable):
     of the networks this learner owns (`publishes`, each under its attribute's name in
     shared.weights) so that every copy starts from them."""
 
+    name: str
     consumed_counter: str  # the counter of staged batches this learner has copied
     update_counter: str  # the counter of this learner's updates
     fields: tuple[str, ...]
     publishes: tuple[str, ...]
     state_attrs: tuple[str, ...]
+    copied_networks: tuple[str, ...]
     optim: torch.optim.Optimizer
     publish_every: int
     staged_priorities = False  # whether new items take the priorities the actor staged
@@ -71,6 +90,8 @@ class _Learner(Checkpointable):
         self.shared, self.rules, self.ratios, self.group = shared, rules, ratios, group
         self.device = device = settings.device
         self.batch_size, self.publish_every = settings.batch_size, settings.publish_every
+        self.snapshot_dir = settings.snapshot_dir
+        self.replay_size_told = False
         self.generator = torch.Generator(device=device).manual_seed(settings.seed + seed_offset)
         self.replay = ReplayBuffer(settings.capacity, spec, device, sampler, self.generator)
         self.normalizer = ObsNormalizer(obs_dim).to(device)
@@ -133,11 +154,57 @@ class _Learner(Checkpointable):
         self.updates += 1
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "generator": self.generator.get_state()}
+        return {
+            **super().state_dict(),
+            "generator": self.generator.get_state(),
+            "updates": self.updates,
+            "copies": {
+                name: {"weights": getattr(self, name).state_dict(), "version": getattr(self, f"{name}_reader").version}
+                for name in self.copied_networks
+            },
+            "replay": self._save_replay(),
+        }
+
+    def _save_replay(self) -> dict | None:
+        """The replay's plain state, its bulk written beside the checkpoint (None: left out, by
+        runtime.checkpoint_replay=false or for want of disk space)."""
+        if self.snapshot_dir is None:
+            return None
+        small, bulk = self.replay.state()
+        size = nbytes(bulk)
+        if not fits_disk(self.snapshot_dir, size):
+            print(
+                f"pql: warning: {self.name}: no room for its replay ({disk_size(size)}, twice that free needed) "
+                f"in {self.snapshot_dir}: this checkpoint leaves it out, and a resume from it refills the replay",
+                flush=True,
+            )
+            return None
+        if not self.replay_size_told:
+            self.replay_size_told = True
+            free = self.replay.capacity - self.replay.size
+            full = size + sum(free * v[0].numel() * v.element_size() for v in self.replay.storage.values())
+            print(
+                f"pql: {self.name}: checkpoints hold its replay, about {disk_size(full)} when full "
+                f"({disk_size(size)} now; runtime.checkpoint_replay=false leaves it out)",
+                flush=True,
+            )
+        try:
+            return {**small, "bulk": write_bulk(self.snapshot_dir, f"replay-{self.name}", bulk)}
+        except OSError as e:  # a full disk, as for the checkpoint itself: training goes on
+            print(f"pql: warning: {self.name}: could not write its replay ({e}); this checkpoint leaves it out")
+            return None
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.generator.set_state(state["generator"])
+        self.updates = state["updates"]
+        for name, copy_state in state["copies"].items():
+            getattr(self, name).load_state_dict(copy_state["weights"])
+            getattr(self, f"{name}_reader").version = copy_state["version"]
+        if state["replay"] is not None:
+            replay = state["replay"]
+            read_bulk(replay["bulk"]["file"], replay["bulk"], self.replay.load_targets(replay))
+            self.replay.load_state(replay)
         for name in self.publishes:
             self.shared.weights[name].publish(getattr(self, name), wait=True)
 
@@ -146,8 +213,8 @@ class VLearner(_Learner):
     name = "v_learner"
     consumed_counter, update_counter = "consumed_v", "critic_updates"
     publishes = (CRITIC,)
-    # Not the sampler's priorities: the replay's contents are not saved, so they would be of nothing.
     state_attrs = ("critic", "target_critic", "optim")
+    copied_networks = ("normalizer", "policy")
 
     def __init__(
         self,
@@ -211,6 +278,7 @@ class PLearner(_Learner):
     fields = ("obs",)
     publishes: tuple[str, ...] = (POLICY,)
     state_attrs: tuple[str, ...] = ("policy", "optim")
+    copied_networks = ("normalizer", "critic")
 
     def __init__(
         self,
@@ -222,7 +290,7 @@ class PLearner(_Learner):
         group: ReplicaGroup,
     ):
         device = settings.device
-        super().__init__(settings, shared, rules, ratios, obs_dim, {"obs": ((obs_dim,), torch.float32)}, None, 3, group)
+        super().__init__(settings, shared, rules, ratios, obs_dim, observation_spec(obs_dim), None, 3, group)
         self.policy = rules.make_policy().to(device)
         group.broadcast(self.policy)
         self.critic = rules.make_critic().to(device).requires_grad_(False)

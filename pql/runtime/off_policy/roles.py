@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from pql.checkpoint import rng_state, set_rng_state
 from pql.config import ALGORITHMS, ROLE_NAMES, OffPolicyConfig
 from pql.nets import ObsNormalizer
 from pql.replay.nstep import staging_spec
@@ -105,6 +106,8 @@ def serve(
     role = build_role(name, settings, shared, rules, ratios, obs_dim, act_dim, fresh_start=resume is None)
     if resume is not None:
         role.load_state_dict(resume["roles"][name])
+        if "rng" in resume["roles"][name]:  # this process's own streams (exploration, target noise)
+            set_rng_state(resume["roles"][name]["rng"])
     waits = settings.process.waits
     assert shared.wakeup is not None, "a role process waits on the wakeup its runner made for it"
     waiter = Waiter(shared.counters, shared.wakeup, name, waits.stall_s, waits.startup_s, ratios.started)
@@ -119,6 +122,7 @@ def serve(
     while waiter.wait(lambda: checkpoint_due() or role.ready(), role.idle, f"{name} to be allowed to run"):
         if checkpoint_due():
             served = shared.counters.checkpoint_request
-            hand_in(shared, served, name, role.state_dict())
+            role.idle()  # a learner takes in what is staged, so the replay it hands in misses none of it
+            hand_in(shared, served, name, {**role.state_dict(), "rng": rng_state()})
             continue
         role.step()

@@ -9,15 +9,36 @@ import time
 import torch.multiprocessing as mp
 from torch import nn
 
+from pql.checkpoint import CheckpointError
 from pql.config import ROLE_NAMES
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, Role
 from pql.runtime.control import RatioCounters
+from pql.runtime.off_policy.learners import replay_layouts
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_main
 from pql.runtime.off_policy.sequential import interleave
 from pql.runtime.settings import OffPolicySettings
 from pql.runtime.supervisor import POLL_S, ProcessRuntime
 from pql.runtime.weight_sync import WeightsReader
+
+LEARNERS = ("v_learner", "p_learner")
+
+
+def kept_replay(resume: dict, expected: dict[str, dict]) -> bool:
+    """Whether a checkpoint holds both learners' replays: a resume from it continues the launch.
+    Raises CheckpointError if one holds another layout than `expected` ({learner: layout})."""
+    saved = {name: resume["roles"][name].get("replay") for name in LEARNERS}
+    for name, replay in saved.items():
+        if replay is None or replay["layout"] == expected[name]:
+            continue
+        differ = [k for k in expected[name] if replay["layout"][k] != expected[name][k]]
+        raise CheckpointError(
+            f"the checkpoint's {name} replay is not this run's: its "
+            + ", ".join(f"{k} {replay['layout'][k]} where this run has {expected[name][k]}" for k in differ)
+            + " (replay.capacity, replay.kind and priority_mode, algo.nstep and greedy_nstep, the task); resume with "
+            "the settings that wrote it"
+        )
+    return all(replay is not None for replay in saved.values())
 
 
 class OffPolicyRunner:
@@ -34,7 +55,10 @@ class OffPolicyRunner:
         self.counters = self.shared.counters
         if resume is not None:
             self.counters.load(resume["counters"])
-        self.counters.start_launch(settings.warmup_steps)
+        if resume is not None and kept_replay(resume, replay_layouts(settings, obs_dim, act_dim)):
+            self.counters.continue_launch(resume["launch"])
+        else:
+            self.counters.start_launch(settings.warmup_steps)
         self.ratios = make_ratios(settings.ratios, self.shared)
         self.roles: dict[str, Role] = {}
         self.processes: ProcessRuntime | None = None
@@ -48,6 +72,12 @@ class OffPolicyRunner:
             for name, role in self.roles.items():
                 if resume is not None:
                     role.load_state_dict(resume["roles"][name])
+        if resume is not None:
+            # After the roles above published what they loaded: in one process the readers then
+            # see the very versions they saw when the checkpoint was taken. Role processes
+            # publish theirs once started, newer versions that every reader takes.
+            for name, snapshot in resume["weights"].items():
+                self.shared.weights[name].restore(snapshot)
         # The main process's copies of the newest delivered policy and statistics, for evaluation.
         self.delivered = settings.delivered
         self.policy = rules.make_policy().to(device).requires_grad_(False)
@@ -132,6 +162,8 @@ class OffPolicyRunner:
             roles, counts = {name: role.state_dict() for name, role in self.roles.items()}, self.counters.as_dict()
         return {
             "counters": {k: counts[k] for k in RatioCounters.persistent},
+            "launch": {k: counts[k] for k in RatioCounters.launch},
+            "weights": {name: weights.snapshot() for name, weights in self.shared.weights.items()},
             "policy": roles["p_learner"][self.delivered],
             "normalizer": roles["actor"]["normalizer"],
             "roles": roles,
