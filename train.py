@@ -29,7 +29,7 @@ from pql.logging.console_log import TRAIN_LOG, console_log  # noqa: E402
 from pql.runtime import train  # noqa: E402
 from pql.runtime.distributed import ReplicaLost, Replicas  # noqa: E402
 from pql.runtime.divergence import Diverged  # noqa: E402
-from pql.runtime.run import Terminated  # noqa: E402
+from pql.runtime.stopping import Stopped, signal_name  # noqa: E402
 from pql.runtime.supervisor import RoleFailure  # noqa: E402
 from tasks import TaskError  # noqa: E402
 
@@ -40,7 +40,8 @@ def run(raw: dict) -> dict:
     """Validate a composed config and run it, its console copied into the run directory's
     train.log (rank 0's, under torchrun). Exits with code 2 on a bad config (or checkpoint, or
     task), 1 on a failed run (under torchrun, naming the replica's rank), 130 after Ctrl-C and
-    143 after SIGTERM (both write a checkpoint first)."""
+    143 after SIGTERM (on every replica, once rank 0 has written the checkpoint; a second signal
+    stops at once, without one)."""
     replicas = Replicas.from_env()
     log = os.path.join(str(raw.get("run_dir", ".")), TRAIN_LOG) if replicas.lead else None
     with console_log(log):
@@ -62,10 +63,11 @@ def _run(raw: dict, replicas: Replicas) -> dict:
     except (RoleFailure, CheckpointWriteError, Diverged) as e:
         print(f"pql: run failed: {where}{e}", file=sys.stderr, flush=True)
         sys.exit(1)
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
-        terminated = isinstance(e, Terminated)
-        print(f"pql: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
-        sys.exit(143 if terminated else 130)
+    except KeyboardInterrupt as e:  # Stopped; or Ctrl-C before the run handles it
+        code = e.code if isinstance(e, Stopped) else 130
+        said = "interrupted" if code == 130 else f"terminated ({signal_name(code)})"
+        print(f"pql: {where}{said}", file=sys.stderr, flush=True)
+        sys.exit(code)
 
 
 @hydra.main(version_base=None, config_path="cfg", config_name="config")

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 FORMAT = "pql-checkpoint"
+FILE_NAME = "checkpoint.pt"  # a run directory's checkpoint: the run writes it, checkpoint=auto resumes it
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a run: Ctrl-C; docker stop, SLURM, `timeout`
 VERSION = 2  # 2: one layout for every algorithm (algo, task, counters by name, policy, normalizer, roles)
 

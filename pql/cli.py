@@ -19,7 +19,7 @@ import tempfile
 import textwrap
 from typing import cast
 
-from pql.config import ROLE_DEVICE_KEYS, Config, ConfigError
+from pql.config import CHECKPOINT_AUTO, ROLE_DEVICE_KEYS, Config, ConfigError
 
 ISAACGYM_OPTION = "isaacgym"  # cfg/task/isaacgym.yaml
 ISAACGYM_PREFIX = ISAACGYM_OPTION + "/"  # as in tasks.make("isaacgym/Ant", ...)
@@ -64,14 +64,16 @@ def import_isaacgym_first(argv: list[str]) -> None:
 
 def quiet_replica(argv: list[str]) -> list[str]:
     """argv for this process: under torchrun, a replica of rank > 0 writes nothing (rank 0
-    writes the run directory), so Hydra gets no run directory, config copy or log file of its
-    own there (which would be a second, near-empty run directory)."""
+    writes the run directory), so Hydra gets no config copy or log file of its own there, nor,
+    unless one is given (rank 0's, where checkpoint=auto looks), a run directory (Hydra's
+    default, named by the time, would be a second, near-empty one)."""
     from pql.runtime.distributed import Replicas  # imports torch: only when called
 
     if Replicas.from_env().lead:
         return argv
-    return [arg for arg in argv if not arg.startswith(("hydra.run.dir=", "hydra.output_subdir="))] + [
-        "hydra.run.dir=.",
+    named = any(arg.startswith("hydra.run.dir=") for arg in argv)
+    return [arg for arg in argv if not arg.startswith("hydra.output_subdir=")] + [
+        *([] if named else ["hydra.run.dir=."]),
         "hydra.output_subdir=null",
         "hydra/job_logging=disabled",
         "hydra/hydra_logging=disabled",
@@ -186,7 +188,8 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
     """Check everything a job's settings can get wrong before Hydra creates a run directory, so
     that a bad setting leaves nothing behind: unknown keys and group options, every value of
     every job of a sweep (load_config, then the device's defaults and sizes), the checkpoint to
-    resume, and whether the run (or sweep) directory can be created.
+    resume (with checkpoint=auto, the run directory's, if there is one: a sweep's jobs check it
+    as each starts), and whether the run (or sweep) directory can be created.
 
     Keys are checked against each job's own composition: an algorithm's keys are its own
     (`-m algo=pql,sac algo.exploration=ape_x` fails for sac). Raises ConfigError, or
@@ -232,12 +235,15 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
             _check_keys(job, tree, groups)
             raise ConfigError("override", " ".join(job), str(e).splitlines()[0]) from e
         settings = OmegaConf.masked_copy(composed, [key for key in composed if key != "hydra"])
-        settings.run_dir = "."  # Hydra's own output directory, which is not made yet
+        # Hydra's own output directory, which is not made yet: a sweep's job's is named only as
+        # the job starts, and there checkpoint=auto is checked when the job runs.
+        settings.run_dir = "." if args.multirun else OmegaConf.select(composed, "hydra.run.dir")
         cfg = resolve(
             load_config(cast(dict, OmegaConf.to_container(settings, resolve=True))),
             replicas.local_rank if replicas.world > 1 else None,
         ).config
-        load_resume(resume_settings(cfg), replicas.world)
+        if not (args.multirun and cfg.checkpoint == CHECKPOINT_AUTO):
+            load_resume(resume_settings(cfg), replicas.world)
         cfgs.append(cfg)
         if job is jobs[0]:
             key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
@@ -258,6 +264,7 @@ COMMON_OVERRIDES = (
     ("replay.kind=prioritized", "prioritized replay (Triton sum-tree on CUDA)"),
     ("runtime.mode=sequential", "the three roles in one process, deterministic under a seed"),
     ("checkpoint=runs/<run>/checkpoint.pt", "resume that run (add test=true to evaluate it instead)"),
+    ("checkpoint=auto hydra.run.dir=runs/ant", "resume runs/ant if it has a checkpoint, else start it"),
     ("hydra.run.dir=runs/ant", "where the run writes (default runs/<date>_<time>_<task>_<algo>)"),
     ("wandb.activate=true", "log to Weights & Biases as well as TensorBoard"),
 )

@@ -27,8 +27,8 @@ TIMEOUT_S = 120
 class Unattended:
     """The schedule a runner gets here: no evaluation, checkpoint or log, and no early stop."""
 
-    def should_stop(self) -> bool:
-        return False
+    def stop_code(self) -> int:
+        return 0
 
     def tick(self, final: bool = False) -> None:
         return None
@@ -72,8 +72,8 @@ def collectives(replicas: Replicas) -> dict:
         "start": start,
         "x": x,
         "grads": [p.grad for p in net.parameters()],
-        "any_rank1": group.any(replicas.rank == 1),
-        "any_none": group.any(False),
+        "agreed_rank1": group.agree(143 if replicas.rank == 1 else 1),
+        "agreed_none": group.agree(0),
     }
 
 

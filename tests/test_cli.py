@@ -66,3 +66,22 @@ def test_every_job_of_a_sweep_is_checked_before_the_first_runs(tmp_path):
 def test_a_run_directory_that_exists_is_fine(tmp_path):
     preflight([f"hydra.run.dir={tmp_path}"], CFG_DIR)
     assert os.listdir(tmp_path) == []  # the probe is gone
+
+
+def test_checkpoint_auto_refuses_a_corrupt_checkpoint_in_one_line(tmp_path):
+    """The run directory's checkpoint is checked as any other before the run starts (atomic
+    writes leave none half-written; a file damaged otherwise is refused, exit code 2)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    proc = train_py("task=InvertedPendulum", "checkpoint=auto", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"pql: {run_dir / 'checkpoint.pt'} is not a readable pql checkpoint")
+    assert os.listdir(run_dir) == ["checkpoint.pt"]
+
+
+def test_checkpoint_auto_in_a_sweep_is_checked_as_each_job_starts(tmp_path):
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")  # where a sweep's job is not: left alone
+    jobs = preflight(["-m", "runtime.seed=0,1", "checkpoint=auto", f"hydra.sweep.dir={tmp_path}/s"], CFG_DIR)
+    assert [cfg.checkpoint for cfg in jobs] == ["auto", "auto"]

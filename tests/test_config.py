@@ -135,6 +135,10 @@ def test_early_ratio_keys_come_together(overrides, message):
         ),
         (["runtime.policy_sync_every=2"], "runtime.policy_sync_every='2' is not allowed; expected an existing key"),
         (["checkpoint=/nonexistent/checkpoint.pt"], "checkpoint not found: /nonexistent/checkpoint.pt"),
+        (
+            ["checkpoint=auto", "test=true"],
+            "checkpoint='auto' is not allowed; expected a checkpoint's path with test=true",
+        ),
         (["algo.beta_av=nan"], "algo.beta_av=nan is not allowed; expected an integer >= 1"),
         (["runtime.max_time_s=inf"], "runtime.max_time_s=inf is not allowed"),
         (

@@ -16,6 +16,7 @@ from pql.runtime import evaluation as evaluation_module
 from pql.runtime.evaluation import Evaluator
 from pql.runtime.run import Monitor
 from pql.runtime.settings import MonitorSettings
+from pql.runtime.stopping import StopSignals
 
 
 class Episodes:
@@ -154,6 +155,9 @@ class OneRoleRunner:
     def checkpoint(self):
         return {"counters": {"env_steps": self.steps}}
 
+    def finished_by(self):
+        return 0
+
 
 class Logged:
     def __init__(self):
@@ -180,7 +184,7 @@ def monitor(share: float, background: bool, eval_s: float = 0.05) -> tuple[Monit
     logger = Logged()
     board = types.SimpleNamespace(read=lambda: {})
     env = Episodes([2], max_episode_steps=2, delay_s=eval_s / 2)
-    mon = Monitor(settings, OneRoleRunner(background), env, logger, board)
+    mon = Monitor(settings, OneRoleRunner(background), env, logger, board, StopSignals())
     mon.save_checkpoint = lambda path: {}
     mon.checkpoint_path = lambda: "unused"
     return mon, logger

@@ -27,6 +27,7 @@ from pql.runtime import evaluation as evaluate_module
 from pql.runtime import run as run_module
 from pql.runtime import train
 from pql.runtime.control import RatioController, RatioCounters
+from pql.runtime.distributed import FINISH_CHECK_EVERY
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 from pql.runtime.off_policy.runner import OffPolicyRunner
 from pql.runtime.settings import EVAL_SEED_OFFSET
@@ -530,6 +531,21 @@ def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
     assert (result["eval/return"], result["eval/length"]) == evaluate(env, policy, normalizer)
 
 
+def test_checkpoint_auto_starts_fresh_then_resumes_the_run_directory(make_config, tmp_path, capsys):
+    """checkpoint=auto: a run directory without a checkpoint starts fresh, saying so (and that
+    Hydra's default directory, named by the time of each launch, never has one); one with a
+    checkpoint resumes it."""
+    run_dir = tmp_path / "2026-01-01_00-00-00_InvertedPendulum_pql"
+    overrides = SMALL + ["runtime.mode=sequential", "checkpoint=auto"]
+    train(make_config(overrides + ["runtime.max_env_steps=128"], run_dir=run_dir))
+    fresh = f"pql: checkpoint=auto: no checkpoint in {run_dir}, starting fresh; {run_dir} is Hydra's default"
+    assert fresh in capsys.readouterr().out
+    train(make_config(overrides + ["runtime.max_env_steps=256"], run_dir=run_dir))
+    path = run_dir / "checkpoint.pt"
+    assert f"pql: checkpoint=auto: resuming from {path} at 128 env steps" in capsys.readouterr().out
+    assert load_checkpoint(path)["counters"]["env_steps"] == 256
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", ["actor", "v_learner", "p_learner"])
 def test_killed_role_stops_the_run_promptly(tmp_path, victim):
@@ -559,22 +575,10 @@ def test_killed_role_stops_the_run_promptly(tmp_path, victim):
     assert not [n for n, p in pids.items() if alive(p)]
 
 
-@pytest.mark.parametrize(
-    "mode,sig,whole_group,code",
-    [
-        ("sequential", signal.SIGINT, False, 130),
-        ("process", signal.SIGINT, True, 130),  # a terminal's Ctrl-C reaches the whole process group
-        ("sequential", signal.SIGTERM, False, 143),
-        ("process", signal.SIGTERM, False, 143),  # docker stop, Kubernetes, timeout: the main process only
-        ("process", signal.SIGTERM, True, 143),  # SLURM: every process of the job step
-    ],
-    ids=["sequential-SIGINT", "process-SIGINT-group", "sequential-SIGTERM", "process-SIGTERM", "process-SIGTERM-group"],
-)
-@pytest.mark.slow
-def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, sig, whole_group, code):
-    """Ctrl-C and SIGTERM: a checkpoint of where the run stands, every role stopped, exit 130 or
-    143; the same signal again while the checkpoint is written does not cut it short."""
-    cmd = endless_run(tmp_path, "runtime.checkpoint_every=1000000000", mode=mode)
+def signalled_run(cmd: list[str], sig: int, whole_group: bool = False, again: bool = False) -> tuple:
+    """Run cmd, send it `sig` once it trains (its whole process group with whole_group), and the
+    same signal again as soon as it says it stops if `again`.
+    -> (exit code, stdout from the first signal on, stderr, {role: pid})."""
     with running(cmd) as proc:
         pids = {}
         for line in proc.stdout:
@@ -583,20 +587,95 @@ def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, 
                 break
         send = (lambda: os.killpg(proc.pid, sig)) if whole_group else (lambda: proc.send_signal(sig))
         send()
-        for line in proc.stdout:
-            if "pql: stopping; writing" in line:
-                send()  # a second signal while the checkpoint is written
+        seen = []
+        for line in proc.stdout if again else ():
+            seen.append(line)
+            if line.startswith("pql: stopping ("):
+                send()
                 break
         out, err = proc.communicate(timeout=60)
-    assert proc.returncode == code, err
+    return proc.returncode, "".join(seen) + out, err, pids
+
+
+def assert_stopped_at_an_agreed_step(saved: dict, num_envs: int = 8) -> None:
+    """A fresh launch's checkpoint written after a stop signal: the actor finished at one of its
+    agreements on finishing, and the learners then caught up to the ratios' final counts."""
+    c, algo = saved["counters"], saved["config"]["algo"]
+    assert c["env_steps"] > 0 and c["env_steps"] % (FINISH_CHECK_EVERY * num_envs) == 0, c
+    assert c["critic_updates"] == algo["beta_av"] * (c["actor_steps"] - algo["warmup_steps"]), c
+    assert c["policy_updates"] == c["critic_updates"] // algo["beta_pv"], c
+
+
+@pytest.mark.parametrize(
+    "mode,sig,whole_group,code",
+    [
+        ("sequential", signal.SIGINT, False, 130),
+        ("process", signal.SIGINT, True, 130),  # a terminal's Ctrl-C reaches the whole process group
+        ("process", signal.SIGTERM, True, 143),  # SLURM: every process of the job step
+    ],
+    ids=["sequential-SIGINT", "process-SIGINT-group", "process-SIGTERM-group"],
+)
+@pytest.mark.slow
+def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, sig, whole_group, code):
+    """Ctrl-C and SIGTERM: the run stops at an agreed step, writes its checkpoint (no final
+    evaluation), stops every role and exits 130 or 143. SIGTERM to the main process alone:
+    test_sigterm_stops_at_an_agreed_step_and_checkpoint_auto_resumes."""
+    returncode, out, err, pids = signalled_run(
+        endless_run(tmp_path, "runtime.checkpoint_every=1000000000", mode=mode), sig, whole_group
+    )
+    assert returncode == code, err
     said = "pql: terminated (SIGTERM)" if sig == signal.SIGTERM else "pql: interrupted"
     assert said in err and "Traceback" not in err and "leaked" not in err, err
-    saved = load_checkpoint(tmp_path / "checkpoint.pt")
-    assert saved["counters"]["env_steps"] > 0
+    assert_stopped_at_an_agreed_step(load_checkpoint(tmp_path / "checkpoint.pt"))
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
     assert not [n for n, p in pids.items() if alive(p)]
     log = (tmp_path / "train.log").read_text()
-    assert log.startswith(f"pql {__version__}: task=InvertedPendulum") and "pql: wrote" in log and said in log, log
+    assert log.startswith(f"pql {__version__}: task=InvertedPendulum"), log
+    stopping = f"pql: stopping ({signal.Signals(sig).name}): the roles finish their steps, then the run writes"
+    assert stopping in log and "pql: wrote" in log and said in log, log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sequential", "process"])
+def test_sigterm_stops_at_an_agreed_step_and_checkpoint_auto_resumes(tmp_path, mode):
+    """docker stop, Kubernetes, `timeout`: SIGTERM to the main process alone. The run stops at an
+    agreed step with its checkpoint and exits 143; the same command with checkpoint=auto then
+    resumes it, counters and metrics going on from there."""
+    returncode, out, err, pids = signalled_run(
+        endless_run(tmp_path, "runtime.checkpoint_every=1000000000", "checkpoint=auto", mode=mode), signal.SIGTERM
+    )
+    assert returncode == 143 and "pql: terminated (SIGTERM)" in err, err
+    assert not [n for n, p in pids.items() if alive(p)]
+    fresh = f"pql: checkpoint=auto: no checkpoint in {tmp_path}, starting fresh\n"
+    assert fresh in (tmp_path / "train.log").read_text()
+    path = tmp_path / "checkpoint.pt"
+    assert f"pql: wrote {path} at " in out and f"checkpoint=auto hydra.run.dir={tmp_path}" in out, out
+    stopped = load_checkpoint(path)["counters"]
+    assert_stopped_at_an_agreed_step(load_checkpoint(path))
+    budget = stopped["env_steps"] + 256
+    resume = [*endless_run(tmp_path, "checkpoint=auto", mode=mode)]
+    resume[resume.index("runtime.max_env_steps=100000000")] = f"runtime.max_env_steps={budget}"
+    proc = subprocess.run(resume, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"pql: checkpoint=auto: resuming from {path} at {stopped['env_steps']:,} env steps" in proc.stdout
+    resumed = load_checkpoint(path)["counters"]
+    assert resumed["env_steps"] >= budget and all(resumed[k] >= v for k, v in stopped.items()), (stopped, resumed)
+    steps = read_metrics(tmp_path / METRICS_CSV)["env_steps"]
+    assert (np.diff(steps) >= 0).all() and steps[-1] >= budget, steps  # one timeline
+
+
+@pytest.mark.slow
+def test_a_second_signal_stops_at_once_without_a_checkpoint(tmp_path):
+    """A second signal while the replicas finish stops at once: no checkpoint (the previous one,
+    here none, stays), every role stopped."""
+    returncode, out, err, pids = signalled_run(
+        endless_run(tmp_path, "runtime.checkpoint_every=1000000000"), signal.SIGTERM, again=True
+    )
+    assert returncode == 143 and "pql: terminated (SIGTERM)" in err, err
+    assert "Traceback" not in err and "leaked" not in err, err
+    assert "pql: wrote" not in out, out
+    assert not (tmp_path / "checkpoint.pt").exists() and not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    assert not [n for n, p in pids.items() if alive(p)]
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from pql.config.fields import ConfigError, given
 from pql.config.hydra_store import register_configs
 from pql.config.resolve import Devices, Resolved, resolve
 from pql.config.schema import (
+    CHECKPOINT_AUTO,
     MPS_MODES,
     ROLE_DEVICE_KEYS,
     ROLE_NAMES,
@@ -40,6 +41,7 @@ from pql.config.schema import (
 
 __all__ = [
     "ALGORITHMS",
+    "CHECKPOINT_AUTO",
     "given",
     "MPS_MODES",
     "ROLE_DEVICE_KEYS",

@@ -17,6 +17,7 @@ from typing import Any
 from pql.config.algorithms import ALGORITHMS
 from pql.config.fields import ConfigError, allowed_text, given
 from pql.config.schema import (
+    CHECKPOINT_AUTO,
     SHORT_EPISODE_STEPS,
     Config,
     ImpalaConfig,
@@ -154,6 +155,9 @@ def _cross_checks(cfg: Config) -> None:
         )
     if cfg.test and not cfg.checkpoint:
         raise ConfigError("test", True, "test=true together with checkpoint=PATH")
+    if cfg.test and cfg.checkpoint == CHECKPOINT_AUTO:
+        # auto may find nothing, and an evaluation of nothing is no evaluation.
+        raise ConfigError("checkpoint", CHECKPOINT_AUTO, "a checkpoint's path with test=true")
 
 
 def load_config(raw: dict) -> Config:

@@ -504,6 +504,9 @@ class WandbConfig:
     group: str | None = option(None, "a group name or null", doc="the wandb run group")
 
 
+CHECKPOINT_AUTO = "auto"  # checkpoint=auto: resume the run directory's checkpoint if there is one
+
+
 @dataclass
 class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -513,7 +516,11 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     checkpoint: str | None = option(
-        None, "a path to a checkpoint file or null", doc="resume from it (with test=true: evaluate it)"
+        None,
+        f"a path to a checkpoint file, {CHECKPOINT_AUTO} or null",
+        doc="resume from it (with test=true: evaluate it); auto: the run directory's checkpoint.pt if "
+        "there is one, else start fresh (with `hydra.run.dir=runs/NAME`: Hydra's default directory is "
+        "new at every launch; not with test=true)",
     )
     test: bool = option(False, "true or false (true: evaluate `checkpoint` without training)")
     run_dir: str = option(

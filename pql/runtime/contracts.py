@@ -40,8 +40,13 @@ class Runner(Protocol):
         evaluations then run on a thread beside it instead of in turn with training."""
 
     def run(self, monitor: Monitor) -> None:
-        """Train until the env-step budget is spent or monitor.should_stop(), calling
-        monitor.tick() as it goes and monitor.tick(final=True) last, while the roles still run."""
+        """Train until the env-step budget is spent or the replicas agree on monitor.stop_code(),
+        calling monitor.tick() as it goes and monitor.tick(final=True) last, while the roles still
+        run."""
+
+    def finished_by(self) -> int:
+        """The stop code the replicas agreed on when they finished early (pql/runtime/stopping.py;
+        0: they did not, or not yet)."""
 
     def counts(self) -> dict[str, int]:
         """{"env_steps": n, role: updates of that role, ...}, for the rates."""

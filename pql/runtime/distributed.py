@@ -9,7 +9,8 @@ the same role, one process group per role (`role_group`):
   networks at every update;
 * actors merge the batch statistics of their observations at every step, so every replica holds
   the same observation normaliser; and agree, every FINISH_CHECK_EVERY steps, on whether any
-  replica asked to finish (time limit, or solved), so they all stop at the same step.
+  replica asked to finish and why (time limit or solved, or a stop signal: a stop code of
+  pql/runtime/stopping.py), so they all stop at the same step and end the same way.
 
 A collective pairs the k-th call of each replica, so every replica makes the same number of
 each: the env-step budget is the same for all, the finish is agreed, and after the actors stop
@@ -117,6 +118,17 @@ def init_replicas(replicas: Replicas, timeout_s: float) -> None:
             )
 
 
+def spread(replicas: Replicas, value: int) -> tuple[int, int]:
+    """(lowest, highest) `value` of the replicas' main processes, in one all-reduce of the main
+    group (every replica must ask, at the same point)."""
+    if replicas.world == 1:
+        return value, value
+    t = torch.tensor([-value, value])
+    with _collective("the comparison of the replicas' starts"):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return -int(t[0]), int(t[1])
+
+
 def close_replicas() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -174,14 +186,15 @@ class ReplicaGroup:
         mean = s / n
         normalizer.update_moments(n.float(), mean.float(), (sq / n - mean.pow(2)).clamp_min(0).float())
 
-    def any(self, flag: bool) -> bool:
-        """Whether `flag` is true on any replica (every replica must ask, at the same point)."""
+    def agree(self, code: int) -> int:
+        """The largest stop code any replica asks for (pql/runtime/stopping.py; 0: none), in one
+        all-reduce on the host (every replica must ask, at the same point)."""
         if self.world == 1:
-            return flag
-        t = torch.tensor([int(flag)])
+            return code
+        t = torch.tensor([code])
         with _collective("the agreement on finishing"):
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.host)
-        return bool(t.item())
+        return int(t.item())
 
 
 def role_group(replicas: Replicas, role: str, device: torch.device, timeout_s: float) -> ReplicaGroup:

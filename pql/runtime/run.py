@@ -20,13 +20,17 @@ Under torchrun every replica's main process runs `train` (pql/runtime/distribute
 alone evaluates, logs, checkpoints and prints, the others only train and post their ratios
 for rank 0's lines. A checkpoint also records how many replicas wrote it ("replicas"), and
 resumes with as many.
+
+A stop signal (Ctrl-C, SIGTERM) stops the run at a step its replicas agree on, after rank 0's
+checkpoint and without the final evaluation; every replica then raises `Stopped`, whose code is
+the exit code (pql/runtime/stopping.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
+import re
 import sys
 import time
 
@@ -35,7 +39,7 @@ from torch import nn
 
 from pql.bulk import BulkError, check_bulk, descriptions, remove_unreferenced
 from pql.checkpoint import (
-    STOP_SIGNALS,
+    FILE_NAME,
     CheckpointError,
     CheckpointWriteError,
     load_checkpoint,
@@ -43,7 +47,7 @@ from pql.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from pql.config import ConfigError, announce, resolve
+from pql.config import CHECKPOINT_AUTO, ConfigError, announce, resolve
 from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.logging import RunLogger
@@ -59,52 +63,29 @@ from pql.runtime.distributed import (
     failure_elsewhere,
     init_replicas,
     post_failure,
+    spread,
 )
 from pql.runtime.divergence import check_state
 from pql.runtime.evaluation import EvalResult, Evaluator
 from pql.runtime.settings import MonitorSettings, ResumeSettings, RunSettings, load_runner, run_settings
+from pql.runtime.stopping import FINISH, GO_ON, Stopped, StopSignals, by_signal, signal_name
 
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (docker stop, Kubernetes, SLURM preemption, `timeout`): handled as Ctrl-C is, with
-    a checkpoint of where the run stands; the role processes ignore both and leave them to the
-    main process."""
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM raises Terminated in the main thread while in the block (elsewhere, as in a
-    test's worker thread, signals cannot be handled: nothing changes)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        for s, handler in saved.items():
-            signal.signal(s, handler)
+# cfg/config.yaml's hydra.run.dir, runs/<date>_<time>_<task>_<algo>: new at every launch.
+HYDRA_DEFAULT_RUN_DIR = re.compile(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_")
 
 
 def train(cfg) -> dict:
     """Train (or, with cfg.test, evaluate cfg.checkpoint) with the runner of cfg.algo.
-    -> the final scalars ("eval/return" included)."""
+    -> the final scalars ("eval/return" included). Raises Stopped after a stop signal."""
     replicas = Replicas.from_env()
     with contextlib.ExitStack() as stack:
         if not replicas.lead:  # only rank 0 prints; errors (stderr) come from every rank
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
-        stack.enter_context(_sigterm_as_interrupt())
+        signals = stack.enter_context(StopSignals().handled())
         timeout_s = cfg.runtime.stall_timeout_s
         try:
             init_replicas(replicas, timeout_s)
-            return _train(cfg, replicas)
+            return _train(cfg, replicas, signals)
         except ReplicaLost as e:
             cause = failure_elsewhere(replicas, timeout_s)
             raise ReplicaLost(
@@ -119,14 +100,14 @@ def train(cfg) -> dict:
             close_replicas()
 
 
-def _train(cfg, replicas: Replicas) -> dict:
+def _train(cfg, replicas: Replicas, signals: StopSignals) -> dict:
     resolved = resolve(cfg, replicas.local_rank if replicas.world > 1 else None)
     announce(resolved, replicas.world)  # the settings line
     device = use_device(resolved.devices.main)
-    return _run(run_settings(resolved.config, device, replicas), replicas)
+    return _run(run_settings(resolved.config, device, replicas), replicas, signals)
 
 
-def _run(settings: RunSettings, replicas: Replicas) -> dict:
+def _run(settings: RunSettings, replicas: Replicas, signals: StopSignals) -> dict:
     device = settings.device
     process = settings.runner.process
     if process.threads.fixed or replicas.local_world > 1:
@@ -136,6 +117,7 @@ def _run(settings: RunSettings, replicas: Replicas) -> dict:
     eval_env = build_env(envs.task, envs.num_envs, device, envs.seed)
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim
     resume = load_resume(settings.resume, replicas.world)
+    _check_same_start(settings.resume, resume, replicas)
     runner_cls = load_runner(settings.algo)
     if settings.resume.test:
         assert resume is not None, "test=true without a checkpoint is a config error (pql.config)"
@@ -143,11 +125,7 @@ def _run(settings: RunSettings, replicas: Replicas) -> dict:
     runner: Runner = runner_cls(settings.runner, device, obs_dim, act_dim, resume)
     if resume is not None:
         set_rng_state(resume["rng"])  # after the networks are built: building them draws from it
-        print(
-            f"pql: resuming from {settings.resume.checkpoint} at "
-            f"{resume['counters']['env_steps'] * replicas.world:,} env steps",
-            flush=True,
-        )
+    _announce_start(settings.resume, resume, settings.monitor.run_dir, replicas.world)
     log = settings.logger
     logger = (
         RunLogger(
@@ -163,19 +141,49 @@ def _run(settings: RunSettings, replicas: Replicas) -> dict:
         else None
     )
     monitor = Monitor(
-        settings.monitor, runner, eval_env, logger, RankBoard(replicas, settings.runner.process.waits.stall_s)
+        settings.monitor, runner, eval_env, logger, RankBoard(replicas, settings.runner.process.waits.stall_s), signals
     )
     try:
         runner.run(monitor)
-    except KeyboardInterrupt:
-        monitor.save_interrupted()  # the roles ignore SIGINT, so they can still hand in their states
-        raise
+        stopped_by = monitor.signal_code()
     finally:
         monitor.close()
         runner.close()
         if logger is not None:
             logger.close()
+    if stopped_by:
+        raise Stopped(stopped_by)
     return monitor.report_done()
+
+
+def _check_same_start(resume: ResumeSettings, state: dict | None, replicas: Replicas) -> None:
+    """Raise ConfigError unless every replica resumes the same checkpoint or none does (each
+    looks for its own: checkpoint=auto in a directory that one node may not see)."""
+    low, high = spread(replicas, -1 if state is None else state["counters"]["env_steps"])
+    if low != high:
+        raise ConfigError(
+            "checkpoint",
+            CHECKPOINT_AUTO if resume.auto else resume.checkpoint,
+            "a checkpoint every replica finds, the same for all (some replicas "
+            f"{'start fresh' if low < 0 else f'resume at {low:,} env steps'}, others at {high:,}; "
+            "each looks in its own hydra.run.dir: give all the same, on a file system they share)",
+        )
+
+
+def _announce_start(resume: ResumeSettings, state: dict | None, run_dir: str, replicas: int) -> None:
+    """Say which checkpoint the run resumes, or that checkpoint=auto found none."""
+    auto = f"checkpoint={CHECKPOINT_AUTO}: " if resume.auto else ""
+    if state is not None:
+        at = state["counters"]["env_steps"] * replicas
+        print(f"pql: {auto}resuming from {resume.checkpoint} at {at:,} env steps", flush=True)
+    elif resume.auto:
+        unnamed = (
+            f"; {run_dir} is Hydra's default, a new directory at every launch, where {CHECKPOINT_AUTO} never "
+            "finds one: name the run's with hydra.run.dir=runs/NAME"
+            if HYDRA_DEFAULT_RUN_DIR.match(os.path.basename(os.path.normpath(run_dir)))
+            else ""
+        )
+        print(f"pql: {auto}no checkpoint in {run_dir}, starting fresh{unnamed}", flush=True)
 
 
 def load_resume(resume: ResumeSettings, replicas: int = 1) -> dict | None:
@@ -185,16 +193,6 @@ def load_resume(resume: ResumeSettings, replicas: int = 1) -> dict | None:
     if not resume.checkpoint:
         return None
     state = load_checkpoint(resume.checkpoint)
-    # The replay beside it: whole, or the checkpoint is refused before anything is built. Its
-    # description then names it by path, for the learner that reads it (in any process). An
-    # evaluation reads none of it.
-    for bulk in [] if resume.test else descriptions(state):
-        path = os.path.join(os.path.dirname(os.path.abspath(resume.checkpoint)), bulk["file"])
-        try:
-            check_bulk(path, bulk)
-        except BulkError as e:
-            raise CheckpointError(f"{resume.checkpoint} cannot be resumed: {e}") from e
-        bulk["file"] = path
     for key, current in (("algo", resume.algo), ("task", resume.task)):
         if state[key] != current:
             raise ConfigError(
@@ -211,6 +209,16 @@ def load_resume(resume: ResumeSettings, replicas: int = 1) -> dict | None:
             f"written by {written_by}; resume it with as many "
             f"(torchrun --nproc_per_node × --nnodes = {written_by})",
         )
+    # The replay beside it: whole, or the checkpoint is refused before anything is built. Its
+    # description then names it by path, for the learner that reads it (in any process). An
+    # evaluation reads none of it.
+    for bulk in [] if resume.test else descriptions(state):
+        path = os.path.join(os.path.dirname(os.path.abspath(resume.checkpoint)), bulk["file"])
+        try:
+            check_bulk(path, bulk)
+        except BulkError as e:
+            raise CheckpointError(f"{resume.checkpoint} cannot be resumed: {e}") from e
+        bulk["file"] = path
     return state
 
 
@@ -252,11 +260,20 @@ class Monitor:
     ticks (pql.runtime.evaluation.Evaluator) and is logged when it ends, so that the logs stay one
     timeline; `eval/env_steps` holds the env steps its policy was taken at."""
 
-    def __init__(self, settings: MonitorSettings, runner: Runner, eval_env, logger: RunLogger | None, board: RankBoard):
-        self.settings, self.runner, self.logger, self.board = settings, runner, logger, board
+    def __init__(
+        self,
+        settings: MonitorSettings,
+        runner: Runner,
+        eval_env,
+        logger: RunLogger | None,
+        board: RankBoard,
+        signals: StopSignals,
+    ):
+        self.settings, self.runner, self.logger, self.board, self.signals = settings, runner, logger, board, signals
         self.evaluator = Evaluator(eval_env, eval_env.device, runner.trains_elsewhere) if logger else None
         self.start = time.monotonic()
         self.solved = False
+        self.stopping_said = False  # the line that the run stops for a signal is printed
         self.last_eval_version = -1  # the policy version evaluated last
         self.eval_seconds = 0.0  # the wall time of every evaluation so far
         self.longest_eval_s = 0.0
@@ -269,29 +286,67 @@ class Monitor:
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
-    def should_stop(self) -> bool:
+    def stop_code(self) -> int:
+        """The stop code this replica asks its actors for (pql/runtime/stopping.py), read by its
+        runner between two steps: a stop signal's, else FINISH once runtime.max_time_s is reached
+        or an evaluation solved the task, else GO_ON."""
+        if self.signals.code:
+            self._say_stopping(self.signals.code)
+            return self.signals.code
         limit = self.settings.max_time_s
-        return self.solved or (limit is not None and self.elapsed() >= limit)
+        return FINISH if self.solved or (limit is not None and self.elapsed() >= limit) else GO_ON
+
+    def signal_code(self) -> int:
+        """The code of the stop signal the run stops for (GO_ON: none): this replica's own, or
+        another replica's, which the actors agreed on."""
+        code = max(self.signals.code, self.runner.finished_by())
+        return code if by_signal(code) else GO_ON
+
+    def _say_stopping(self, code: int) -> None:
+        if self.stopping_said or self.logger is None:
+            return
+        self.stopping_said = True
+        how = (
+            "the replicas finish at an agreed step, then rank 0 writes"
+            if self.board.replicas.world > 1
+            else "the roles finish their steps, then the run writes"
+        )
+        print(
+            f"\npql: stopping ({signal_name(code)}): {how} {self.checkpoint_path()}, without the final "
+            "evaluation (a second signal stops at once, without it)",
+            flush=True,
+        )
 
     def tick(self, final: bool = False) -> None:
         """Evaluate, checkpoint and log whatever is due at the current env step count. The final
         evaluation is of the final policy, unless that one was just evaluated; a run stopped as
-        solved reports the evaluation that solved it."""
+        solved reports the evaluation that solved it, and one stopped by a signal has none (its
+        checkpoint is what matters then)."""
         counts = self.runner.counts()
         env_steps = counts["env_steps"]
         if self.logger is None:
             self._post(counts, final)
             return
-        self._evaluations(env_steps, final)
+        stopped_by = self.signal_code() if final else GO_ON
+        if stopped_by:
+            self._say_stopping(stopped_by)
+        self._evaluations(env_steps, final, evaluate_final=not stopped_by)
         if env_steps >= self.next_checkpoint or final:
             self.next_checkpoint = env_steps + self.settings.checkpoint_every
+            path = self.checkpoint_path()
             try:
-                self.save_checkpoint(self.checkpoint_path())
+                self.save_checkpoint(path)
             except CheckpointWriteError as e:
                 if final:
                     raise
                 # The disk may have room again by the next one; the previous checkpoint is whole.
                 print(f"pql: warning: {e}; training goes on", file=sys.stderr, flush=True)
+            if stopped_by:
+                print(
+                    f"pql: wrote {path} at {env_steps:,} env steps; resume with checkpoint={path} "
+                    f"(or checkpoint={CHECKPOINT_AUTO} hydra.run.dir={self.settings.run_dir})",
+                    flush=True,
+                )
         now = time.monotonic()
         if now - self.last_log_time >= self.settings.log_every_s or final:
             # Counted again, with the clock: the roles ran on through an evaluation made above, so
@@ -309,9 +364,9 @@ class Monitor:
             )
             self.logger.progress(counts["env_steps"], self.latest)
 
-    def _evaluations(self, env_steps: int, final: bool) -> None:
+    def _evaluations(self, env_steps: int, final: bool, evaluate_final: bool) -> None:
         """Log an evaluation that has ended, and start the one that is due (at the end: wait for the
-        one under way, then evaluate the final policy unless that one was)."""
+        one under way, then evaluate the final policy if `evaluate_final`, unless that one was)."""
         evaluator = self.evaluator
         assert evaluator is not None, "rank 0, which evaluates, has a logger"
         self._take(evaluator.wait() if final else evaluator.poll(), env_steps)
@@ -319,7 +374,7 @@ class Monitor:
         if not version:
             return
         if final:
-            if not self.solved and version != self.last_eval_version:
+            if evaluate_final and not self.solved and version != self.last_eval_version:
                 self._start_evaluation(env_steps)
                 self._take(evaluator.wait(), env_steps)
         elif (
@@ -394,7 +449,7 @@ class Monitor:
                 self.evaluator.wait()
 
     def checkpoint_path(self) -> str:
-        return os.path.join(self.settings.run_dir, "checkpoint.pt")
+        return os.path.join(self.settings.run_dir, FILE_NAME)
 
     def save_checkpoint(self, path: str) -> dict:
         """Write the run's state to `path`, unless it holds nan or inf (Diverged: the checkpoint
@@ -414,20 +469,6 @@ class Monitor:
         # this one is whole and in place.
         remove_unreferenced(os.path.dirname(os.path.abspath(path)), {d["file"] for d in descriptions(state)})
         return state["counters"]
-
-    def save_interrupted(self) -> None:
-        """Ctrl-C or SIGTERM: write a checkpoint of where the run stands, to resume from (rank 0's
-        job, one replica only: see docs/distributed.md). Further signals are ignored from here on,
-        so a second one cannot cut the checkpoint short (the write is atomic besides)."""
-        with contextlib.suppress(ValueError):  # not the main thread: no handlers to change
-            for s in STOP_SIGNALS:
-                signal.signal(s, signal.SIG_IGN)
-        if self.logger is None or self.board.replicas.world > 1:
-            return
-        path = self.checkpoint_path()
-        print(f"\npql: stopping; writing {path}", flush=True)
-        env_steps = self.save_checkpoint(path)["env_steps"]
-        print(f"pql: wrote {path} at {env_steps:,} env steps; resume with checkpoint={path}", flush=True)
 
     def report_done(self) -> dict:
         """Print the run's last line. -> the run's final scalars."""

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
+from pql.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from pql.config import (
     ALGORITHMS,
+    CHECKPOINT_AUTO,
     Config,
     ImpalaConfig,
     OffPolicyConfig,
@@ -215,12 +217,13 @@ class LoggerSettings:
 @dataclass(frozen=True)
 class ResumeSettings:
     """The checkpoint to resume or evaluate (None: start fresh) and what it must have been
-    written by."""
+    written by; `auto`: it is the run directory's, found by checkpoint=auto (None: none there)."""
 
     checkpoint: str | None
     algo: str
     task: str
     test: bool
+    auto: bool = False
 
 
 @dataclass(frozen=True)
@@ -280,7 +283,11 @@ def run_settings(cfg: Config, device: torch.device, replicas: Replicas) -> RunSe
 
 
 def resume_settings(cfg: Config) -> ResumeSettings:
-    return ResumeSettings(cfg.checkpoint, cfg.algo.name, cfg.task.name, cfg.test)
+    """checkpoint=auto is looked up here, once: the run directory's checkpoint if there is one."""
+    if cfg.checkpoint != CHECKPOINT_AUTO:
+        return ResumeSettings(cfg.checkpoint, cfg.algo.name, cfg.task.name, cfg.test)
+    path = os.path.join(cfg.run_dir, CHECKPOINT_FILE)
+    return ResumeSettings(path if os.path.exists(path) else None, cfg.algo.name, cfg.task.name, cfg.test, auto=True)
 
 
 def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySettings:

@@ -64,10 +64,12 @@ class RunCounters(SharedValues):
 
     stop                 1: every role leaves its loop (main, or a failing role)
     checkpoint_request   id of the latest checkpoint the main process asked the roles for (main)
-    finish               1: the main process asks the actor to finish early (time limit, or solved)
+    finish               the stop code the main process asks the actor to finish early for (main:
+                         pql/runtime/stopping.py, 0: none; time limit or solved, or a stop signal)
     env_steps            env transitions stepped by this replica's actor (actor)
     episodes             training episodes finished (actor)
     actor_done           1 once the actor has finished: its budget spent, or asked to finish (actor)
+    finished_by          the stop code the replicas' actors agreed on when they finished early (actor)
 
     Runners add their own work counts, name those a checkpoint keeps (`persistent`) and those
     whose change is progress for the stall check (`progress`, see waiting.Waiter).
@@ -79,6 +81,7 @@ class RunCounters(SharedValues):
     env_steps: int
     episodes: int
     actor_done: int
+    finished_by: int
     persistent: ClassVar[tuple[str, ...]] = ("env_steps", "episodes")
     progress: ClassVar[tuple[str, ...]] = ()
 

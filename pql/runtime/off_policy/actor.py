@@ -1,6 +1,6 @@
 """The actor role: steps the training envs with its local policy copy, folds n-step
 transitions and stages them in the ring for the learners. With several replicas it merges its
-observation statistics with theirs at every step and agrees with them on when to finish
+observation statistics with theirs at every step and agrees with them on when and why to finish
 (pql/runtime/distributed.py)."""
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ class Actor:
     @torch.no_grad()
     def step(self) -> None:
         c = self.shared.counters
-        if self.local_steps % FINISH_CHECK_EVERY == 0 and self.group.any(bool(c.finish)):
+        if self.local_steps % FINISH_CHECK_EVERY == 0 and (agreed := self.group.agree(c.finish)):
+            c.finished_by = agreed
             self.finished = True  # every replica's actor stops at this same step
             c.actor_done = 1
             return

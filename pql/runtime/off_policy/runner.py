@@ -109,8 +109,8 @@ class OffPolicyRunner:
         )
         self.processes.start()
         while not self.counters.actor_done:
-            if monitor.should_stop():
-                self.counters.finish = 1  # the actor finishes at its next agreement (distributed.py)
+            if code := monitor.stop_code():
+                self.counters.finish = code  # the actor finishes at its next agreement (distributed.py)
             self._supervise(self.processes, monitor)
         while not self.ratios.caught_up():  # the learners' last updates
             self._supervise(self.processes, monitor)
@@ -145,6 +145,9 @@ class OffPolicyRunner:
             "train/length": stats["train_length"],
             "train/episodes": self.counters.episodes,
         }
+
+    def finished_by(self) -> int:
+        return self.counters.finished_by
 
     def policy_version(self) -> int:
         return self.shared.weights[self.delivered].current_version()  # 0 until the P-learner has published once

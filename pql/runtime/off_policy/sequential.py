@@ -15,8 +15,10 @@ def interleave(actor, learners, monitor, ratios: RatioController) -> None:
     learners catch up to the ratios' final counts."""
     steps = 0
     while True:
-        if monitor.should_stop():
-            actor.shared.counters.finish = 1
+        # Read here, between two steps: a stop signal is recorded wherever it lands, but taken
+        # only at this point, never in the middle of a role's step.
+        if code := monitor.stop_code():
+            actor.shared.counters.finish = code
         if actor.ready():
             actor.step()
             steps += 1

@@ -81,7 +81,7 @@ def make_waiter(waits: Waits, shared: ImpalaShared, queue: TrajectoryQueue, role
 
 class ImpalaActor:
     """Rolls out T-step trajectories into free queue slots with its lagging policy copy μ. With
-    several replicas, the actors agree before each trajectory on whether to finish."""
+    several replicas, the actors agree before each trajectory on whether, and why, to finish."""
 
     def __init__(self, settings: OnPolicySettings, shared: ImpalaShared, queue: TrajectoryQueue, device):
         self.settings, self.shared, self.queue, self.device = settings, shared, queue, device
@@ -111,7 +111,8 @@ class ImpalaActor:
     @torch.no_grad()
     def step(self) -> None:
         shared, c = self.shared, self.shared.counters
-        if self.group.any(bool(c.finish)):
+        if agreed := self.group.agree(c.finish):
+            c.finished_by = agreed
             self.finished = True  # ready() reports it
             return
         self.policy_reader.pull()
@@ -209,8 +210,8 @@ class ImpalaRunner(OnPolicyRunner):
         """fill() makes a trajectory available (or returns once the actor is done). The learner
         takes every trajectory the actor made, so every replica's learner updates as often."""
         while True:
-            if monitor.should_stop():
-                self.counters.finish = 1  # the actor finishes before its next trajectory
+            if code := monitor.stop_code():
+                self.counters.finish = code  # the actor finishes before its next trajectory
             fill()
             if not self.queue.slot_full():  # the actor is done and every trajectory it made was learnt from
                 break
@@ -238,6 +239,9 @@ class ImpalaRunner(OnPolicyRunner):
 
     def progress(self) -> tuple[int, int]:
         return self.counters.env_steps, self.counters.episodes
+
+    def finished_by(self) -> int:
+        return self.counters.finished_by
 
     def scalars(self) -> dict:
         lag = self.lag_sum / max(self.lag_count, 1)  # mean policy lag since the last call

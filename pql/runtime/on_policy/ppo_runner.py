@@ -24,13 +24,14 @@ class PPORunner(OnPolicyRunner):
         self.env = build_env(envs.task, N, device, envs.seed)
         self.worker = RolloutWorker(self.env, self.normalizer, self.group, self.resumed["episodes"])
         self.rollout = alloc_tensors(trajectory_spec(obs_dim, act_dim), (T, N), device)
+        self.agreed = 0  # the stop code the replicas agreed on (pql/runtime/stopping.py)
 
     def run(self, monitor) -> None:
         settings, algo = self.settings, self.algo
-        # The replicas agree on stopping early.
-        while not self.replicas.budget_spent(self.env_steps, settings.max_env_steps) and not self.group.any(
-            monitor.should_stop()
-        ):
+        while not self.replicas.budget_spent(self.env_steps, settings.max_env_steps):
+            self.agreed = self.group.agree(monitor.stop_code())  # the replicas agree on stopping early
+            if self.agreed:
+                break
             self.worker.collect(self.learner.policy, self.rollout)
             info = self.learner.update(self.rollout)
             self.env_steps += algo.horizon * settings.envs.num_envs
@@ -41,6 +42,9 @@ class PPORunner(OnPolicyRunner):
 
     def progress(self) -> tuple[int, int]:
         return self.env_steps, self.worker.episodes.episodes
+
+    def finished_by(self) -> int:
+        return self.agreed
 
     def scalars(self) -> dict:
         return {**self.info, **self.worker.episodes.pop()}
