@@ -146,9 +146,9 @@ EXACT = [
     "algo.warmup_steps=4",
     "runtime.mode=sequential",
     "runtime.device=cpu",
-    "runtime.max_env_steps=1000",
-    "runtime.checkpoint_every=300",  # periodic checkpoints on the way: reading the state changes nothing
-    "runtime.eval_every=400",
+    "runtime.max_env_steps=600",
+    "runtime.checkpoint_every=200",  # periodic checkpoints on the way: reading the state changes nothing
+    "runtime.eval_every=300",
     "runtime.log_every_s=5",
 ]
 
@@ -188,29 +188,30 @@ def _stop_at_update(monkeypatch, update: int) -> None:
     [("pql", []), ("sac", []), ("pql_d", []), ("pql", ["replay.kind=prioritized", "replay.priority_mode=rank"])],
 )
 def test_a_run_stopped_at_any_update_resumes_exactly(make_config, tmp_path, monkeypatch, algo, extra):
-    """Stopped by SIGTERM at random updates, then resumed, a run ends with the networks, optimiser
-    states, replay (and its priorities), envs, RNG streams and counters of the run never stopped,
-    byte for byte."""
+    """Stopped by SIGTERM at two random updates, resumed after each, a run ends with the networks,
+    optimiser states, replay (and its priorities), envs, RNG streams and counters of the run never
+    stopped, byte for byte."""
     overrides = EXACT + [f"algo={algo}", *extra]
     train(make_config(overrides, run_dir=tmp_path / "whole"))
     whole = load_checkpoint(tmp_path / "whole" / "checkpoint.pt")
-    updates = whole["counters"]["critic_updates"]
-    for stop in sorted(random.Random(f"{algo}{extra}").sample(range(1, updates - 50), 2)):
-        run_dir = tmp_path / f"stopped{stop}"
+    updates, run_dir = whole["counters"]["critic_updates"], tmp_path / "stopped"
+    stops = sorted(random.Random(f"{algo}{extra}").sample(range(1, updates // 2), 2))
+    for launch, stop in enumerate(stops):  # the second stop is in the first resume
         with monkeypatch.context() as patch:
-            _stop_at_update(patch, stop)
+            _stop_at_update(patch, stop - (stops[0] if launch else 0))
             with pytest.raises(KeyboardInterrupt):
-                train(make_config(overrides, run_dir=run_dir))
-        stopped = load_checkpoint(run_dir / "checkpoint.pt")
-        assert stopped["counters"]["critic_updates"] < updates, "the run stopped before its end"
-        train(make_config(overrides + [f"checkpoint={run_dir / 'checkpoint.pt'}"], run_dir=run_dir))
-        resumed = load_checkpoint(run_dir / "checkpoint.pt")
-        for key in ("counters", "launch"):
-            assert resumed[key] == whole[key], (stop, key)
-        a, b = (
-            _tensors({k: whole[k] for k in ("policy", "normalizer", "roles", "weights", "rng")}),
-            _tensors({k: resumed[k] for k in ("policy", "normalizer", "roles", "weights", "rng")}),
-        )
-        assert a.keys() == b.keys() and len(a) > 20
-        assert [k for k in a if not torch.equal(a[k], b[k])] == [], stop
-        assert _replays(run_dir, resumed) == _replays(tmp_path / "whole", whole), stop
+                train(make_config(overrides + (["checkpoint=auto"] if launch else []), run_dir=run_dir))
+        assert load_checkpoint(run_dir / "checkpoint.pt")["counters"]["critic_updates"] < updates, stop
+    train(make_config(overrides + ["checkpoint=auto"], run_dir=run_dir))
+    resumed = load_checkpoint(run_dir / "checkpoint.pt")
+    for key in ("counters", "launch"):
+        assert resumed[key] == whole[key], key
+    parts = ("policy", "normalizer", "roles", "weights", "rng")
+    a, b = _tensors({k: whole[k] for k in parts}), _tensors({k: resumed[k] for k in parts})
+    assert a.keys() == b.keys() and len(a) > 20
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []
+    assert resumed["rng"]["python"] == whole["rng"]["python"]
+    assert _replays(run_dir, resumed) == _replays(tmp_path / "whole", whole)
+    assert sorted(f for f in os.listdir(run_dir) if f.endswith(".bulk")) == sorted(
+        role["replay"]["bulk"]["file"] for role in resumed["roles"].values() if role.get("replay")
+    ), "the bulk files of earlier checkpoints are gone"
