@@ -26,7 +26,7 @@ import torch
 FORMAT = "pql-checkpoint"
 FILE_NAME = "checkpoint.pt"  # a run directory's checkpoint: the run writes it, checkpoint=auto resumes it
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a run: Ctrl-C; docker stop, SLURM, `timeout`
-VERSION = 2  # 2: one layout for every algorithm (algo, task, counters by name, policy, normalizer, roles)
+VERSION = 3  # 2: one layout for every algorithm; 3: the replay, the envs and every role's whole state (docs/checkpoints.md)
 
 
 class CheckpointError(ValueError):
