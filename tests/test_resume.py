@@ -236,3 +236,31 @@ def test_a_process_mode_run_stopped_by_a_signal_loses_no_transition(make_config,
     resumed = load_checkpoint(tmp_path / "checkpoint.pt")
     assert resumed["counters"] == counters
     assert _replays(tmp_path, resumed) == replays
+
+
+@pytest.mark.slow
+def test_a_checkpoint_cut_in_its_replay_or_of_another_layout_is_refused_in_one_line(make_config, tmp_path):
+    """Exit 2 and one line, before anything is built: a replay file cut short, a damaged one, or a
+    replay of another capacity."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    train(make_config(EXACT + ["runtime.max_env_steps=200"], run_dir=tmp_path))
+    path = tmp_path / "checkpoint.pt"
+    replay = next(f for f in os.listdir(tmp_path) if f.startswith("replay-v_learner"))
+
+    def resume(*overrides: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "train.py", *EXACT, *overrides, f"checkpoint={path}", f"hydra.run.dir={tmp_path}/again"]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    other = resume("replay.capacity=5000")
+    assert other.returncode == 2 and "replay.capacity" not in other.stdout, other.stderr
+    assert "capacity 1000000 where this run has 5000" in other.stderr and "Traceback" not in other.stderr
+    data = (tmp_path / replay).read_bytes()
+    (tmp_path / replay).write_bytes(data[: len(data) // 2])
+    cut = resume()
+    assert cut.returncode == 2 and "Traceback" not in cut.stderr, cut.stderr
+    assert cut.stderr.strip().splitlines()[-1].endswith("truncated"), cut.stderr
+    assert not (tmp_path / "again" / "checkpoint.pt").exists()
