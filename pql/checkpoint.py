@@ -26,7 +26,8 @@ import torch
 FORMAT = "pql-checkpoint"
 FILE_NAME = "checkpoint.pt"  # a run directory's checkpoint: the run writes it, checkpoint=auto resumes it
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a run: Ctrl-C; docker stop, SLURM, `timeout`
-VERSION = 3  # 2: one layout for every algorithm; 3: the replay, the envs and every role's whole state (docs/checkpoints.md)
+# 2: one layout for every algorithm; 3: the replay, the envs and every role's whole state (docs/checkpoints.md)
+VERSION = 3
 
 
 class CheckpointError(ValueError):
