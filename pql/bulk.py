@@ -135,3 +135,13 @@ def descriptions(state) -> list[dict]:
     if isinstance(state, (list, tuple)):
         return [d for value in state for d in descriptions(value)]
     return []
+
+
+def locate(state: dict, checkpoint: str) -> None:
+    """Check every bulk file that a checkpoint's `state` describes, beside the file `checkpoint`
+    (BulkError if one is not whole), and name each in its description by its path, for the part
+    that reads it (in any process)."""
+    for description in descriptions(state):
+        path = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), description["file"])
+        check_bulk(path, description)
+        description["file"] = path

@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 from conftest import settings_of
 from test_runtime import SMALL
 
+from pql import bulk
 from pql.checkpoint import load_checkpoint, save_checkpoint
 from pql.config import ConfigError, resolve
 from pql.runtime import device as device_module
@@ -257,6 +258,7 @@ def test_role_state_loads_from_a_cpu_checkpoint(make_config, tmp_path):
     first["v_learner"].generator.manual_seed(1234)
     save_checkpoint(tmp_path / "ckpt.pt", {name: role.state_dict() for name, role in first.items()})
     state = load_checkpoint(tmp_path / "ckpt.pt")
+    bulk.locate(state, tmp_path / "ckpt.pt")  # the replays written beside it, as a resume finds them
     tensors = []
 
     def collect(obj):

@@ -37,7 +37,7 @@ import time
 import torch
 from torch import nn
 
-from pql.bulk import BulkError, check_bulk, descriptions, remove_unreferenced
+from pql.bulk import BulkError, descriptions, locate, remove_unreferenced
 from pql.checkpoint import (
     FILE_NAME,
     CheckpointError,
@@ -209,16 +209,11 @@ def load_resume(resume: ResumeSettings, replicas: int = 1) -> dict | None:
             f"written by {written_by}; resume it with as many "
             f"(torchrun --nproc_per_node × --nnodes = {written_by})",
         )
-    # The replay beside it: whole, or the checkpoint is refused before anything is built. Its
-    # description then names it by path, for the learner that reads it (in any process). An
-    # evaluation reads none of it.
-    for bulk in [] if resume.test else descriptions(state):
-        path = os.path.join(os.path.dirname(os.path.abspath(resume.checkpoint)), bulk["file"])
+    if not resume.test:  # the replay beside it, whole, or the checkpoint is refused; an evaluation reads none of it
         try:
-            check_bulk(path, bulk)
+            locate(state, resume.checkpoint)
         except BulkError as e:
             raise CheckpointError(f"{resume.checkpoint} cannot be resumed: {e}") from e
-        bulk["file"] = path
     return state
 
 
