@@ -1,5 +1,5 @@
-"""Shared test helpers: compose a validated config the way train.py does; run train.py and
-watch its processes."""
+"""Shared test helpers: compose a validated config the way train.py does; run train.py (alone or
+under torchrun) and watch its processes; check where a stopped run stopped."""
 
 import contextlib
 import os
@@ -14,7 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from pql.config import Config, load_config, register_configs, resolve
-from pql.runtime.distributed import Replicas
+from pql.runtime.distributed import FINISH_CHECK_EVERY, Replicas
 from pql.runtime.settings import RunSettings, run_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,3 +87,70 @@ def started_roles(line: str) -> dict | None:
     for any other line."""
     match = re.search(r"roles started: (.*)", line)
     return None if match is None else {k: int(v) for k, v in (kv.split("=") for kv in match.group(1).split())}
+
+
+# A job under torchrun is told apart from other runs by this variable in its processes'
+# environment (its value: the run directory), which torchrun and spawn hand down to them all.
+JOB_MARKER = "PQL_TEST_RUN"
+
+
+def role_pids(role: str, rank: int, run_dir) -> list[int]:
+    """The processes named pql-<role> (prctl) of replica `rank` of the run writing to run_dir."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if (
+            comm == f"pql-{role}"
+            and env.get(b"RANK") == str(rank).encode()
+            and str(run_dir).encode() in env.get(JOB_MARKER.encode(), b"")
+        ):
+            found.append(int(pid))
+    return found
+
+
+def job_pids(run_dir) -> list[int]:
+    """Every process of the job (the marker is in their environment), zombies excluded."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                marked = str(run_dir).encode() in f.read()
+            with open(f"/proc/{pid}/status") as f:
+                zombie = "\nState:\tZ" in f.read()
+        except OSError:
+            continue
+        if marked and not zombie and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def worker_pids(launcher_pid: int) -> dict[int, int]:
+    """{rank: pid} of the replicas' main processes torchrun (launcher_pid) runs now: its children."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if parent == launcher_pid and b"RANK" in env:
+            found[int(env[b"RANK"])] = int(pid)
+    return found
+
+
+def assert_stopped_at_an_agreed_step(saved: dict, num_envs: int) -> None:
+    """A fresh launch's checkpoint written after a stop signal: the actors finished at one of their
+    agreements on finishing, and the learners then caught up to the ratios' final counts (the
+    counters are one replica's, each replica's the same)."""
+    c, algo = saved["counters"], saved["config"]["algo"]
+    assert c["env_steps"] > 0 and c["env_steps"] % (FINISH_CHECK_EVERY * num_envs) == 0, c
+    assert c["critic_updates"] == algo["beta_av"] * (c["actor_steps"] - algo["warmup_steps"]), c
+    assert c["policy_updates"] == c["critic_updates"] // algo["beta_pv"], c

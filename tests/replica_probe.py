@@ -18,7 +18,7 @@ from conftest import compose_config
 from pql.config import announce, resolve
 from pql.envs import build_env
 from pql.nets import ObsNormalizer
-from pql.runtime.distributed import Replicas, close_replicas, init_replicas, role_group
+from pql.runtime.distributed import Replicas, close_replicas, init_replicas, role_group, spread
 from pql.runtime.settings import load_runner, run_settings
 
 TIMEOUT_S = 120
@@ -74,6 +74,7 @@ def collectives(replicas: Replicas) -> dict:
         "grads": [p.grad for p in net.parameters()],
         "agreed_rank1": group.agree(143 if replicas.rank == 1 else 1),
         "agreed_none": group.agree(0),
+        "spread": spread(replicas, 10 * replicas.rank),
     }
 
 

@@ -1,20 +1,26 @@
 """Chaos: short runs in process mode, each ended at a random moment by SIGKILL of a random role
 or SIGTERM of the run, each followed by a resume from the latest checkpoint; a last resume then
 trains until it solves InvertedPendulum (each resume starts with an empty replay, so the
-interrupted launches leave it anywhere between a fresh and a solved policy)."""
+interrupted launches leave it anywhere between a fresh and a solved policy). The same under
+torchrun with two replicas, restarted by torchrun after a SIGKILL and relaunched after a
+SIGTERM of the job, as a preemptible scheduler would, with checkpoint=auto."""
 
 import csv
 import os
+import queue
 import random
 import re
 import signal
+import subprocess
 import sys
+import threading
 import time
 
 import pytest
-from conftest import alive, running, started_roles
+from conftest import JOB_MARKER, ROOT, alive, job_pids, role_pids, running, started_roles
 
 from pql.checkpoint import load_checkpoint
+from pql.config import ROLE_NAMES
 
 CYCLES = 6
 RUN = [
@@ -47,12 +53,10 @@ def steps_of(rows: list[dict]) -> list[int]:
 
 
 def launch(run_dir, rng: random.Random, stop: bool) -> tuple[str, int, str, list[int]]:
-    """One launch, resumed from run_dir's checkpoint if there is one; stop=True ends it at a
+    """One launch, resumed from run_dir's checkpoint if there is one (checkpoint=auto); stop=True ends it at a
     random moment after its first checkpoint. -> (how it was stopped, exit code, stdout+stderr, pids)."""
     path = run_dir / "checkpoint.pt"
-    cmd = [sys.executable, "train.py", *RUN, *([] if stop else LAST), f"hydra.run.dir={run_dir}"] + (
-        [f"checkpoint={path}"] if path.exists() else []
-    )
+    cmd = [sys.executable, "train.py", *RUN, *([] if stop else LAST), "checkpoint=auto", f"hydra.run.dir={run_dir}"]
     start_mtime = path.stat().st_mtime if path.exists() else 0.0
     with running(cmd) as proc:
         pids = {}
@@ -111,5 +115,170 @@ def test_runs_survive_kills_and_resumes(tmp_path):
     print(
         f"chaos: {CYCLES} cycles survived: {kills} role SIGKILLs, {terms} SIGTERMs, {resumes} resumes; "
         f"the last launch ended at {done.group(1)} env steps, eval return {float(done.group(2)):.1f}"
+    )
+    assert float(done.group(2)) >= 900, output[-3000:]
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+PLAN = ["SIGKILL"] * 3 + ["SIGTERM"] * 2  # shuffled, then a SIGTERM that ends the last job
+# β_a:v = 1:4: the actors step four times as often as at the default, so that they reach their
+# agreement on finishing (every 16 steps) within seconds on 2 cores, where 8 processes share them.
+REPLICAS_RUN = ["algo.beta_av=4", "runtime.checkpoint_every=500", "checkpoint=auto"]
+# The last launch: LAST, evaluated more often, in sequential mode, which starts 20 s sooner on 2
+# cores (no role processes to import torch); it resumes the process-mode launches' checkpoint.
+REPLICAS_LAST = [*LAST, "runtime.eval_every=2000", "runtime.mode=sequential"]
+LAUNCH = re.compile(r"pql: checkpoint=auto: (?:resuming from \S+ at ([\d,]+) env steps|no checkpoint in)")
+
+
+class Job:
+    """torchrun running train.py, its processes marked (JOB_MARKER); rank 0's lines are read as
+    they come (`next_line`), its error output kept whole (`err`)."""
+
+    def __init__(self, run_dir, overrides: list[str], max_restarts: int):
+        cmd = [*TORCHRUN, f"--max-restarts={max_restarts}", "train.py", *overrides, f"hydra.run.dir={run_dir}"]
+        self.run_dir, self.lines, self.err = run_dir, queue.Queue(), []
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, JOB_MARKER: str(run_dir)},
+            start_new_session=True,
+        )
+        self.out: list[str] = []
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self.err.extend, args=(self.proc.stderr,), daemon=True).start()
+
+    @staticmethod
+    def _read(stream, lines: queue.Queue) -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    def next_line(self, pattern: re.Pattern, timeout_s: float = 180) -> re.Match:
+        """The next line of rank 0 that matches pattern (those before it are kept in `out`)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {pattern.pattern} within {timeout_s} s:\n{self.output()}") from None
+            if line is None:
+                raise AssertionError(
+                    f"the job ended (exit code {self.proc.wait()}) before {pattern.pattern}:\n{self.output()}"
+                )
+            self.out.append(line)
+            if match := pattern.search(line):
+                return match
+
+    def end(self, timeout_s: float = 300) -> int:
+        code = self.proc.wait(timeout=timeout_s)
+        while (line := self.lines.get(timeout=10)) is not None:
+            self.out.append(line)
+        return code
+
+    def output(self) -> str:
+        return "".join(self.out)[-3000:] + "".join(self.err)[-3000:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for pid in job_pids(self.run_dir):  # the replicas run in sessions of their own
+            os.kill(pid, signal.SIGKILL)
+
+
+def newer_checkpoint(path, than: float, job: Job, timeout_s: float = 120) -> None:
+    """Wait until the checkpoint at path is newer than the time `than`."""
+    deadline = time.monotonic() + timeout_s
+    while not (path.exists() and path.stat().st_mtime > than):
+        assert time.monotonic() < deadline and job.proc.poll() is None, f"no checkpoint written\n{job.output()}"
+        time.sleep(0.2)
+
+
+def assert_one_timeline(rows: list[dict], kept: list[dict], cycle: int) -> None:
+    """metrics.csv after a resume: the rows `kept` up to the checkpoint resumed are still there
+    (a key first logged later adds an empty cell), and no env step is logged twice."""
+    assert [{k: r[k] for k in b} for r, b in zip(rows, kept)] == kept and len(rows) >= len(kept), f"cycle {cycle}"
+    assert steps_of(rows) == sorted(steps_of(rows)), f"cycle {cycle}: some env steps logged twice: {steps_of(rows)}"
+
+
+def victim_of(run_dir, rng: random.Random) -> tuple[str, int]:
+    """(what, pid): a random role of a random replica, once it has its name (spawn, imports)."""
+    rank, role = rng.randrange(2), rng.choice(ROLE_NAMES)
+    deadline = time.monotonic() + 60
+    while len(pids := role_pids(role, rank, run_dir)) != 1:
+        assert time.monotonic() < deadline, f"no single {role} of rank {rank}: {pids}"
+        time.sleep(0.2)
+    return f"SIGKILL {role} of rank {rank}", pids[0]
+
+
+@pytest.mark.slow
+def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
+    """Two replicas in process mode, six launches (torchrun's restarts and relaunches of the job)
+    each ended at a random moment after its first checkpoint, by SIGKILL of a random role of a
+    random replica (torchrun restarts the workers) or SIGTERM of torchrun (every replica stops at
+    an agreed step, rank 0 writes its checkpoint, the job ends; relaunched as sbatch --requeue
+    would); every launch resumes with checkpoint=auto. Every checkpoint loads, no counter goes
+    back, metrics.csv stays one timeline, no process survives, and a last launch (REPLICAS_LAST)
+    solves the task."""
+    rng = random.Random(0)
+    plan = rng.sample(PLAN, len(PLAN)) + ["SIGTERM"]
+    run_dir = tmp_path / "run"
+    path = run_dir / "checkpoint.pt"
+    overrides = [*RUN, *REPLICAS_RUN]
+    job, last, rows, dead, hows = None, None, [], [], []
+    try:
+        for cycle, action in enumerate([*plan, "solve"]):
+            if job is None:
+                final = action == "solve"
+                job = Job(run_dir, overrides + (REPLICAS_LAST if final else []), max_restarts=0 if final else len(plan))
+            launch = job.next_line(LAUNCH)  # a launch: the job's first, or a restart of its workers
+            resumed_at = int(launch.group(1).replace(",", "")) if launch.group(1) else 0
+            # torchrun restarts the workers once all have exited: the launch before is gone whole.
+            assert not [p for p in dead if alive(p)], f"cycle {cycle}: a process of the launch before survived"
+            if last is not None:
+                counters = load_checkpoint(path)["counters"]  # it loads
+                assert all(counters[k] >= last[k] for k in counters), (cycle, hows, last, counters)
+                assert resumed_at == counters["env_steps"] * 2, (cycle, launch.group(0), counters)  # the newest
+                last = counters
+            # The rows up to the checkpoint resumed stay; those after it are dropped, none is twice.
+            kept = [r for r in rows if int(r["env_steps"]) <= resumed_at]
+            if action == "solve":
+                break
+            job.next_line(re.compile("pql: roles started"))  # the run's logger is open
+            started = time.time()
+            assert_one_timeline(metric_rows(run_dir), kept, cycle)
+            newer_checkpoint(path, started, job)  # this launch's first
+            last = last or load_checkpoint(path)["counters"]
+            time.sleep(rng.uniform(0.5, 3.0))
+            rows, dead = metric_rows(run_dir), [p for p in job_pids(run_dir) if p != job.proc.pid]
+            if action == "SIGKILL":
+                how, pid = victim_of(run_dir, rng)
+                os.kill(pid, signal.SIGKILL)
+            else:
+                how, launched = "SIGTERM of torchrun", len(job.out)
+                job.proc.send_signal(signal.SIGTERM)
+                code, err = job.end(), "".join(job.err)
+                assert code != 0 and "pql: wrote" in "".join(job.out[launched:]), f"cycle {cycle}:\n{job.output()}"
+                assert "pql: rank 0: terminated (SIGTERM)" in err and "pql: rank 1: terminated (SIGTERM)" in err, err
+                job = None
+            hows.append(how)
+        assert job is not None
+        code, output = job.end(), "".join(job.out)
+        assert code == 0, job.output()
+    finally:
+        if job is not None:
+            job.kill()
+    time.sleep(1)
+    assert job_pids(run_dir) == [], "a process survived"
+    assert_one_timeline(metric_rows(run_dir), kept, len(plan))
+    load_checkpoint(path)
+    done = re.search(r"pql: done: ([\d,]+) env steps .* eval return ([-\d.]+)", output)
+    assert done, output[-3000:]
+    print(
+        f"chaos under torchrun: {', '.join(hows)}; the last launch ended at {done.group(1)} env steps, "
+        f"eval return {float(done.group(2)):.1f}"
     )
     assert float(done.group(2)) >= 900, output[-3000:]

@@ -1,6 +1,7 @@
 """Data-parallel replicas under torchrun on the CPU (gloo): collectives, identical networks,
 ratios, learning, a killed role, and the config and checkpoint checks."""
 
+import contextlib
 import os
 import re
 import signal
@@ -10,8 +11,9 @@ import time
 
 import pytest
 import torch
+from conftest import JOB_MARKER, assert_stopped_at_an_agreed_step, job_pids, role_pids, worker_pids
 
-from pql.checkpoint import save_checkpoint
+from pql.checkpoint import load_checkpoint, save_checkpoint
 from pql.config import ConfigError, resolve
 from pql.nets import ObsNormalizer
 from pql.runtime.run import load_resume
@@ -72,6 +74,7 @@ def test_collectives_merge_statistics_and_average_gradients(tmp_path):
             torch.testing.assert_close(r["grads"][i], (g0 + g1) / 2)
     # Every replica learns the largest stop code any asked for (rank 1's SIGTERM over rank 0's FINISH).
     assert [r["agreed_rank1"] for r in ranks] == [143, 143] and [r["agreed_none"] for r in ranks] == [0, 0]
+    assert [r["spread"] for r in ranks] == [(0, 10), (0, 10)]  # how the replicas check they start alike
 
 
 ALGO_RUN = {
@@ -147,53 +150,20 @@ def test_two_replicas_solve_inverted_pendulum(tmp_path):
     assert not (tmp_path.parent / ".hydra").exists() and not os.path.exists(os.path.join(ROOT, ".hydra"))
 
 
-def role_pids(role: str, rank: int, run_dir) -> list[int]:
-    """The processes named pql-<role> (prctl) of replica `rank` of the run writing to run_dir."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                comm = f.read().strip()
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        except OSError:
-            continue
-        if (
-            comm == f"pql-{role}"
-            and env.get(b"RANK") == str(rank).encode()
-            and str(run_dir).encode() in env.get(b"PQL_TEST_RUN", b"")
-        ):
-            found.append(int(pid))
-    return found
-
-
-def job_pids(run_dir) -> list[int]:
-    """Every process of the job (the marker is in their environment), zombies excluded."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                marked = str(run_dir).encode() in f.read()
-            with open(f"/proc/{pid}/status") as f:
-                zombie = "\nState:\tZ" in f.read()
-        except OSError:
-            continue
-        if marked and not zombie and int(pid) != os.getpid():
-            found.append(int(pid))
-    return found
-
-
-@pytest.mark.slow
-def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
+@contextlib.contextmanager
+def job(run_dir, *overrides: str):
+    """train.py on SMALL in process mode under torchrun, two replicas writing to run_dir, once both
+    train; its processes are marked (JOB_MARKER), and killed however the test ends."""
     cmd = TORCHRUN + [
         "train.py",
         *SMALL,
         "runtime.mode=process",
         "runtime.max_env_steps=100000000",
         "runtime.log_every_s=2",
-        f"hydra.run.dir={tmp_path}",
+        *overrides,
+        f"hydra.run.dir={run_dir}",
     ]
-    env = {**os.environ, "PQL_TEST_RUN": str(tmp_path)}
+    env = {**os.environ, JOB_MARKER: str(run_dir)}
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
     )
@@ -201,6 +171,18 @@ def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
         for line in proc.stdout:  # rank 0's progress lines: both replicas train
             if re.match(r"[1-9]\S*(/\S+)? steps", line):
                 break
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for pid in job_pids(run_dir):  # the replicas run in sessions of their own
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
+    with job(tmp_path) as proc:
         # Rank 1's actor may step while its V-learner is still starting (spawn, imports): wait for its name.
         deadline = time.monotonic() + 30
         while len(victims := role_pids("v_learner", 1, tmp_path)) != 1 and time.monotonic() < deadline:
@@ -210,16 +192,33 @@ def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
         killed = time.monotonic()
         out, err = proc.communicate(timeout=60)
         elapsed = time.monotonic() - killed
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     print(f"the job stopped {elapsed:.1f} s after the kill, exit code {proc.returncode}")
     assert elapsed < 30 and proc.returncode != 0, err[-3000:]
     failed = [line for line in err.splitlines() if line.startswith("pql: run failed")]
     print("\n".join(failed))
     # Rank 0 lost rank 1 in a collective; whichever replica reports, it reports rank 1's cause.
     assert failed and set(failed) == {"pql: run failed: rank 1: role v_learner died (killed by SIGKILL)"}, err[-3000:]
+    time.sleep(1)
+    assert job_pids(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_replica_stops_every_replica_at_an_agreed_step(tmp_path):
+    """SIGTERM to rank 1's main process alone: the actors of both replicas agree on it and finish
+    at the same step, the learners catch up to the same counts (a replica that made one collective
+    more than the other would fail, exit code 1), rank 0 writes the one checkpoint, and both
+    replicas exit 143, rank 0 too, which received no signal."""
+    with job(tmp_path, "runtime.checkpoint_every=1000000000", "algo.warmup_steps=4") as proc:
+        os.kill(worker_pids(proc.pid)[1], signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, err[-3000:]
+    assert "pql: rank 0: terminated (SIGTERM)" in err and "pql: rank 1: terminated (SIGTERM)" in err, err[-3000:]
+    assert "pql: run failed" not in err, err[-3000:]
+    stopping = "pql: stopping (SIGTERM): the replicas finish at an agreed step, then rank 0 writes"
+    assert stopping in out and out.count("pql: wrote") == 1, out
+    saved = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert saved["replicas"] == 2
+    assert_stopped_at_an_agreed_step(saved, num_envs=8)
     time.sleep(1)
     assert job_pids(tmp_path) == []
 

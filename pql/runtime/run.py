@@ -304,7 +304,7 @@ class Monitor:
         how = (
             "the replicas finish at an agreed step, then rank 0 writes"
             if self.board.replicas.world > 1
-            else "the roles finish their steps, then the run writes"
+            else "training finishes at its next check, then the run writes"
         )
         print(
             f"\npql: stopping ({signal_name(code)}): {how} {self.checkpoint_path()}, without the final "
