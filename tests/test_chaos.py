@@ -1,7 +1,8 @@
 """Chaos: short runs in process mode, each ended at a random moment by SIGKILL of a random role
 or SIGTERM of the run, each followed by a resume from the latest checkpoint; a last resume then
-trains until it solves InvertedPendulum (each resume starts with an empty replay, so the
-interrupted launches leave it anywhere between a fresh and a solved policy). The same under
+trains until it solves InvertedPendulum within the env-step budget of the learning tests (each
+resume restores its checkpoint's replay; the checkpoint of a killed launch is its last periodic
+one, so the steps after it are lost and made again). The same under
 torchrun with two replicas, restarted by torchrun after a SIGKILL and relaunched after a
 SIGTERM of the job, as a preemptible scheduler would, with checkpoint=auto."""
 
