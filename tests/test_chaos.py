@@ -219,9 +219,9 @@ def victim_of(run_dir, rng: random.Random) -> tuple[str, int]:
 def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
     """Two replicas in process mode, six launches (torchrun's restarts and relaunches of the job)
     each ended at a random moment after its first checkpoint, by SIGKILL of a random role of a
-    random replica (torchrun restarts the workers) or SIGTERM of torchrun (every replica stops at
-    an agreed step, rank 0 writes its checkpoint, the job ends; relaunched as sbatch --requeue
-    would); every launch resumes with checkpoint=auto. Every checkpoint loads, no counter goes
+    random replica (torchrun restarts the workers) or SIGTERM of every process of the job (every
+    replica stops at an agreed step, rank 0 writes its checkpoint, the job ends; relaunched as
+    sbatch --requeue would); every launch resumes with checkpoint=auto. Every checkpoint loads, no counter goes
     back, metrics.csv stays one timeline, no process survives, and a last launch (REPLICAS_LAST)
     solves the task."""
     rng = random.Random(0)
@@ -259,8 +259,11 @@ def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
                 how, pid = victim_of(run_dir, rng)
                 os.kill(pid, signal.SIGKILL)
             else:
-                how, launched = "SIGTERM of torchrun", len(job.out)
-                job.proc.send_signal(signal.SIGTERM)
+                # As SLURM signals a job step: every process, so that the replicas get the
+                # signal twice, from SLURM and forwarded by torchrun (the roles ignore it).
+                how, launched = "SIGTERM of the job", len(job.out)
+                for pid in job_pids(run_dir):
+                    os.kill(pid, signal.SIGTERM)
                 code, err = job.end(), "".join(job.err)
                 assert code != 0 and "pql: wrote" in "".join(job.out[launched:]), f"cycle {cycle}:\n{job.output()}"
                 assert "pql: rank 0: terminated (SIGTERM)" in err and "pql: rank 1: terminated (SIGTERM)" in err, err

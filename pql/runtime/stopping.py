@@ -11,7 +11,9 @@ The first SIGINT or SIGTERM is only recorded (`StopSignals`): the replicas finis
 step, the learners catch up to the ratios' final counts, rank 0 writes its checkpoint, and every
 replica then ends with the signal's exit code (`Stopped`). A second signal raises `Stopped` at
 once, without a new checkpoint (one whose write is under way is finished first:
-pql.checkpoint). The role processes ignore both (pql/runtime/supervisor.py).
+pql.checkpoint), unless it comes within SAME_STOP_S of the first: SLURM signals every process of
+a job step, and torchrun, signalled too, forwards the signal to its replicas, so each replica
+gets the same stop twice. The role processes ignore both (pql/runtime/supervisor.py).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 
 from pql.checkpoint import STOP_SIGNALS
 
 GO_ON = 0
 FINISH = 1  # the time limit, or solved
+SAME_STOP_S = 2.0  # a signal this soon after the first is the same stop, delivered twice
 
 
 def exit_code(signum: int) -> int:
@@ -55,11 +59,14 @@ class StopSignals:
 
     def __init__(self):
         self.code = GO_ON
+        self.first_at = 0.0  # time.monotonic() of the first signal
 
-    def _received(self, signum: int, frame) -> None:
-        if self.code:
+    def received(self, signum: int, frame=None) -> None:
+        """The handler of SIGINT and SIGTERM."""
+        if not self.code:
+            self.code, self.first_at = exit_code(signum), time.monotonic()
+        elif time.monotonic() - self.first_at > SAME_STOP_S:
             raise Stopped(exit_code(signum))
-        self.code = exit_code(signum)
 
     @contextlib.contextmanager
     def handled(self):
@@ -72,7 +79,7 @@ class StopSignals:
         saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
         for s, handler in saved.items():
             if handler is not signal.SIG_IGN:
-                signal.signal(s, self._received)
+                signal.signal(s, self.received)
         try:
             yield self
         finally:
