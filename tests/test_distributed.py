@@ -98,13 +98,19 @@ def test_replicas_hold_identical_networks(tmp_path, algo, mode):
     (alone,) = probe(tmp_path / "one", "train", *overrides, replicas=False)
     same = {k for k in rank0["counters"] if k != "episodes"}  # each replica's envs end their own episodes
     assert {k: rank0["counters"][k] for k in same} == {k: rank1["counters"][k] for k in same}
-    # In process mode the actor's policy copy is whichever version it pulled last, which timing
-    # decides within the ratio window on each replica: not a replica invariant (the learners' are).
-    learnt = {
-        k: v
-        for k, v in flat(rank0["roles"]).items()
-        if "generator" not in k and not (mode == "process" and k.startswith("/actor/policy/"))
-    }
+
+    # Each replica's own: its streams, and its envs where they stand. In process mode a role's
+    # copy of another's network is whichever version it pulled last, which timing decides within
+    # the ratio window on each replica: not a replica invariant (the networks' owners' are).
+    def own(k: str) -> bool:
+        timed = mode == "process" and (k.startswith("/actor/policy/") or "/copies/" in k)
+        return (
+            "generator" in k
+            or k.startswith(("/actor/envs/", "/actor/rng/", "/v_learner/rng/", "/p_learner/rng/"))
+            or timed
+        )
+
+    learnt = {k: v for k, v in flat(rank0["roles"]).items() if not own(k)}
     other = flat(rank1["roles"])
     assert learnt and all(torch.equal(v, other[k]) for k, v in learnt.items()), [
         k for k, v in learnt.items() if not torch.equal(v, other[k])
