@@ -49,6 +49,14 @@ def metric_rows(run_dir) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def assert_last_launch_solved(output: str, story: str) -> None:
+    """The last launch's done line reports an evaluation of at least 900; print it after `story`."""
+    done = re.search(r"pql: done: ([\d,]+) env steps .* eval return ([-\d.]+)", output)
+    assert done, output[-3000:]
+    print(f"{story}; the last launch ended at {done.group(1)} env steps, eval return {float(done.group(2)):.1f}")
+    assert float(done.group(2)) >= 900, output[-3000:]
+
+
 def steps_of(rows: list[dict]) -> list[int]:
     return [int(r["env_steps"]) for r in rows]
 
@@ -111,13 +119,9 @@ def test_runs_survive_kills_and_resumes(tmp_path):
         )
         steps = steps_of(rows)
         assert steps == sorted(steps), f"cycle {cycle}: metrics.csv logs some env steps twice: {steps}"
-    done = re.search(r"pql: done: ([\d,]+) env steps .* eval return ([-\d.]+)", output)
-    assert done, output[-3000:]
-    print(
-        f"chaos: {CYCLES} cycles survived: {kills} role SIGKILLs, {terms} SIGTERMs, {resumes} resumes; "
-        f"the last launch ended at {done.group(1)} env steps, eval return {float(done.group(2)):.1f}"
+    assert_last_launch_solved(
+        output, f"chaos: {CYCLES} cycles survived: {kills} role SIGKILLs, {terms} SIGTERMs, {resumes} resumes"
     )
-    assert float(done.group(2)) >= 900, output[-3000:]
 
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
@@ -279,10 +283,4 @@ def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
     assert job_pids(run_dir) == [], "a process survived"
     assert_one_timeline(metric_rows(run_dir), kept, len(plan))
     load_checkpoint(path)
-    done = re.search(r"pql: done: ([\d,]+) env steps .* eval return ([-\d.]+)", output)
-    assert done, output[-3000:]
-    print(
-        f"chaos under torchrun: {', '.join(hows)}; the last launch ended at {done.group(1)} env steps, "
-        f"eval return {float(done.group(2)):.1f}"
-    )
-    assert float(done.group(2)) >= 900, output[-3000:]
+    assert_last_launch_solved(output, f"chaos under torchrun: {', '.join(hows)}")
