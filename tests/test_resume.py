@@ -224,7 +224,7 @@ def test_a_process_mode_run_stopped_by_a_signal_loses_no_transition(make_config,
     very same replays back."""
     from test_runtime import SMALL, endless_run, signalled_run
 
-    returncode, _, err, _ = signalled_run(endless_run(tmp_path, "runtime.checkpoint_every=1000000000"), signal.SIGTERM)
+    returncode, _, err, *_ = signalled_run(endless_run(tmp_path, "runtime.checkpoint_every=1000000000"), signal.SIGTERM)
     assert returncode == 143, err
     saved = load_checkpoint(tmp_path / "checkpoint.pt")
     counters = saved["counters"]
@@ -240,8 +240,8 @@ def test_a_process_mode_run_stopped_by_a_signal_loses_no_transition(make_config,
 
 @pytest.mark.slow
 def test_a_checkpoint_cut_in_its_replay_or_of_another_layout_is_refused_in_one_line(make_config, tmp_path):
-    """Exit 2 and one line, before anything is built: a replay file cut short, a damaged one, or a
-    replay of another capacity."""
+    """Exit 2 and one line, before anything is built: a replay of another capacity, a critic of
+    another size, a replay file cut short."""
     import subprocess
     import sys
 
@@ -258,6 +258,9 @@ def test_a_checkpoint_cut_in_its_replay_or_of_another_layout_is_refused_in_one_l
     other = resume("replay.capacity=5000")
     assert other.returncode == 2 and "replay.capacity" not in other.stdout, other.stderr
     assert "capacity 1000000 where this run has 5000" in other.stderr and "Traceback" not in other.stderr
+    smaller = resume("algo.net.critic_hidden=[8,8]")
+    assert smaller.returncode == 2 and "Traceback" not in smaller.stderr, smaller.stderr
+    assert "the checkpoint's critic has" in smaller.stderr and "algo.net" in smaller.stderr, smaller.stderr
     data = (tmp_path / replay).read_bytes()
     (tmp_path / replay).write_bytes(data[: len(data) // 2])
     cut = resume()

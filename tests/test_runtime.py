@@ -15,7 +15,7 @@ import torch
 from conftest import alive, assert_stopped_at_an_agreed_step, running, settings_of, started_roles
 
 from pql import __version__
-from pql.checkpoint import load_checkpoint
+from pql.checkpoint import load_checkpoint, save_checkpoint
 from pql.config import ConfigError
 from pql.envs import build_env
 from pql.evaluate import evaluate
@@ -788,12 +788,17 @@ def test_a_loss_past_its_bound_keeps_the_last_good_checkpoint(make_config, tmp_p
 
 @pytest.mark.slow
 def test_raising_role_reports_its_traceback(make_config, tmp_path):
-    """A role that raises (here: the V-learner resuming a critic of another size) ends the run
-    with that role's traceback, exit code 1 and no surviving child."""
+    """A role that raises (here: the V-learner loading a checkpoint whose copy of its critic alone
+    was given a layer of another size) ends the run with that role's traceback, exit code 1 and no
+    surviving child."""
     train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=tmp_path / "run"))
-    cmd = endless_run(
-        tmp_path / "resumed", "algo.net.critic_hidden=[16,16]", f"checkpoint={tmp_path / 'run' / 'checkpoint.pt'}"
-    )
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = load_checkpoint(path)
+    critic = state["roles"]["v_learner"]["critic"]
+    first = next(iter(critic))
+    critic[first] = torch.zeros(critic[first].shape[0] + 1, *critic[first].shape[1:])
+    save_checkpoint(path, state)
+    cmd = endless_run(tmp_path / "resumed", f"checkpoint={path}")
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "role v_learner failed" in proc.stderr and "Traceback" in proc.stderr and "size mismatch" in proc.stderr

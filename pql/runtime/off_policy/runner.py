@@ -14,6 +14,7 @@ from pql.config import ROLE_NAMES
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, Role
 from pql.runtime.control import RatioCounters
+from pql.runtime.divergence import Diverged, check_state
 from pql.runtime.off_policy.learners import replay_layouts
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_main
 from pql.runtime.off_policy.sequential import interleave
@@ -22,6 +23,7 @@ from pql.runtime.supervisor import POLL_S, ProcessRuntime
 from pql.runtime.weight_sync import WeightsReader
 
 LEARNERS = ("v_learner", "p_learner")
+DIVERGED_REPORT_S = 5.0  # a diverged role's next update takes milliseconds, a few seconds on a loaded CPU
 
 
 def kept_replay(resume: dict, expected: dict[str, dict]) -> bool:
@@ -41,6 +43,18 @@ def kept_replay(resume: dict, expected: dict[str, dict]) -> bool:
     return all(replay is not None for replay in saved.values())
 
 
+def check_network_sizes(resume: dict, weights: dict) -> None:
+    """Raises CheckpointError if a network of the checkpoint has another number of weights than
+    this run builds: it was written with other network sizes, and nothing of it can be loaded."""
+    for name, snapshot in resume["weights"].items():
+        saved, built = snapshot["weights"].numel(), weights[name].flat.shape[1]
+        if saved != built:
+            raise CheckpointError(
+                f"the checkpoint's {name} has {saved:,} weights where this run's has {built:,} (algo.net.*, the "
+                "task's observation and action sizes); resume with the settings that wrote it"
+            )
+
+
 class OffPolicyRunner:
     @staticmethod
     def make_policy(algo, obs_dim: int, act_dim: int) -> nn.Module:
@@ -54,6 +68,7 @@ class OffPolicyRunner:
         self.shared = make_shared(settings, rules, obs_dim, act_dim, self.ctx)
         self.counters = self.shared.counters
         if resume is not None:
+            check_network_sizes(resume, self.shared.weights)
             self.counters.load(resume["counters"])
         if resume is not None and kept_replay(resume, replay_layouts(settings, obs_dim, act_dim)):
             self.counters.continue_launch(resume["launch"])
@@ -163,7 +178,7 @@ class OffPolicyRunner:
             roles, counts = self.processes.collect_states()
         else:
             roles, counts = {name: role.state_dict() for name, role in self.roles.items()}, self.counters.as_dict()
-        return {
+        state = {
             "counters": {k: counts[k] for k in RatioCounters.persistent},
             "launch": {k: counts[k] for k in RatioCounters.launch},
             "weights": {name: weights.snapshot() for name, weights in self.shared.weights.items()},
@@ -171,6 +186,22 @@ class OffPolicyRunner:
             "normalizer": roles["actor"]["normalizer"],
             "roles": roles,
         }
+        if self.processes is not None:
+            self._let_a_diverged_role_say_so(state)
+        return state
+
+    def _let_a_diverged_role_say_so(self, state: dict) -> None:
+        """A state holding nan or inf, taken from roles that go on: the role that diverged finds
+        it at its next update and says which quantity at which update. It gets DIVERGED_REPORT_S
+        to do so (processes.check raises its report) before the checkpoint's vaguer refusal."""
+        try:
+            check_state(state)
+        except Diverged:
+            deadline = time.monotonic() + DIVERGED_REPORT_S
+            while time.monotonic() < deadline:
+                self.processes.check()
+                time.sleep(POLL_S)
+            raise
 
     def close(self) -> None:
         if self.processes is not None:
