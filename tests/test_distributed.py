@@ -246,3 +246,30 @@ def test_a_checkpoint_resumes_on_as_many_replicas(make_config, tmp_path):
     assert load_resume(resume_settings(cfg), 2)["replicas"] == 2
     with pytest.raises(ConfigError, match="written by 2; resume it with as many"):
         load_resume(resume_settings(cfg), 1)
+
+
+@pytest.mark.slow
+def test_a_resumed_pair_of_replicas_ends_at_the_ratios_final_counts(tmp_path):
+    """A resume hands every replica rank 0's state, and rank 0 alone its envs where they stood.
+    Both replicas must still stage as many batches by the agreed end: their V-learners pair
+    every update in a gradient all-reduce, so a replica ahead by a restored n-step window would
+    wait at the end for updates the other never makes (the stall limit here: 60 s)."""
+    run = TORCHRUN + [
+        "train.py",
+        *SMALL,
+        "runtime.mode=sequential",
+        "runtime.stall_timeout_s=60",
+        "checkpoint=auto",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    first = subprocess.run([*run, "runtime.max_env_steps=1200"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-4000:]
+    saved = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert saved["roles"]["actor"]["envs"]["window"], "the n-step window held steps when the first launch ended"
+    again = subprocess.run([*run, "runtime.max_env_steps=2400"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-4000:]
+    resumed = load_checkpoint(tmp_path / "checkpoint.pt")
+    c = resumed["counters"]
+    assert resumed["launch"] == saved["launch"]  # one launch: the resume kept the replay
+    a = c["actor_steps"] - saved["launch"]["warmup_steps"]
+    assert c["env_steps"] == 2400 // 2 and c["critic_updates"] == 8 * a and c["policy_updates"] == 8 * a // 2, c

@@ -196,7 +196,15 @@ class Actor:
             print(f"pql: actor: the checkpoint's envs are not these ({e}): they start new episodes", flush=True)
             return
         self.obs = saved["obs"].to(self.device)
-        self.window.steps = [tuple(None if t is None else t.to(self.device) for t in step) for step in saved["window"]]
+        # With several replicas only rank 0's envs load (the others' are seeded apart) and every
+        # window starts empty: a window restored on one replica alone would stage its first
+        # batch nstep - 1 steps before the others do, and the replicas, stopping at one agreed
+        # step, would count different actor steps, so their learners, whose gradient all-reduce
+        # pairs their updates, would end at different counts.
+        if self.group.world == 1:
+            self.window.steps = [
+                tuple(None if t is None else t.to(self.device) for t in step) for step in saved["window"]
+            ]
         if self.noise_std is not None:
             self.noise_std.copy_(saved["noise_std"])
         episodes = saved["episodes"]
