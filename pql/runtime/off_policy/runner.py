@@ -187,10 +187,11 @@ class OffPolicyRunner:
             "roles": roles,
         }
         if self.processes is not None:
-            self._let_a_diverged_role_say_so(state)
+            self._let_a_diverged_role_say_so(state, self.processes)
         return state
 
-    def _let_a_diverged_role_say_so(self, state: dict) -> None:
+    @staticmethod
+    def _let_a_diverged_role_say_so(state: dict, processes: ProcessRuntime) -> None:
         """A state holding nan or inf, taken from roles that go on: the role that diverged finds
         it at its next update and says which quantity at which update. It gets DIVERGED_REPORT_S
         to do so (processes.check raises its report) before the checkpoint's vaguer refusal."""
@@ -199,7 +200,7 @@ class OffPolicyRunner:
         except Diverged:
             deadline = time.monotonic() + DIVERGED_REPORT_S
             while time.monotonic() < deadline:
-                self.processes.check()
+                processes.check()
                 time.sleep(POLL_S)
             raise
 
