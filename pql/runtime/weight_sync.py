@@ -139,6 +139,15 @@ class WeightsReader:
                 )
         return self.version
 
+    def state_dict(self) -> dict:
+        """The local copy and the version it holds, for a checkpoint: a resume then pulls what
+        the reader would have pulled next, not what it already holds."""
+        return {"weights": self.module.state_dict(), "version": self.version}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.module.load_state_dict(state["weights"])
+        self.version = state["version"]
+
     @torch.no_grad()
     def _apply(self, block: bool) -> bool:
         if self._staged is None:

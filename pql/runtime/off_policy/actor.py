@@ -147,10 +147,8 @@ class Actor:
         """The actor's networks and streams, and where its envs stand ("envs": None where the
         envs cannot be saved, as Isaac Gym's: a resume then starts new episodes)."""
         state = {
-            "policy": {"weights": self.policy.state_dict(), "version": self.policy_reader.version},
-            "critic": None
-            if self.critic is None or self.critic_reader is None
-            else {"weights": self.critic.state_dict(), "version": self.critic_reader.version},
+            "policy": self.policy_reader.state_dict(),
+            "critic": None if self.critic_reader is None else self.critic_reader.state_dict(),
             "normalizer": self.normalizer.state_dict(),
             "generator": self.generator.get_state(),
             "local_steps": self.local_steps,
@@ -173,12 +171,10 @@ class Actor:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"]["weights"])
-        self.policy_reader.version = state["policy"]["version"]
+        self.policy_reader.load_state_dict(state["policy"])
         self.acting.refresh()
-        if self.critic is not None and self.critic_reader is not None and state["critic"] is not None:
-            self.critic.load_state_dict(state["critic"]["weights"])
-            self.critic_reader.version = state["critic"]["version"]
+        if self.critic_reader is not None and state["critic"] is not None:
+            self.critic_reader.load_state_dict(state["critic"])
         self.normalizer.load_state_dict(state["normalizer"])
         self.shared.weights[NORMALIZER].publish(self.normalizer, wait=True)  # the learners' statistics too
         self.generator.set_state(state["generator"])

@@ -158,10 +158,7 @@ class _Learner(Checkpointable):
             **super().state_dict(),
             "generator": self.generator.get_state(),
             "updates": self.updates,
-            "copies": {
-                name: {"weights": getattr(self, name).state_dict(), "version": getattr(self, f"{name}_reader").version}
-                for name in self.copied_networks
-            },
+            "copies": {name: getattr(self, f"{name}_reader").state_dict() for name in self.copied_networks},
             "replay": self._save_replay(),
         }
 
@@ -199,8 +196,7 @@ class _Learner(Checkpointable):
         self.generator.set_state(state["generator"])
         self.updates = state["updates"]
         for name, copy_state in state["copies"].items():
-            getattr(self, name).load_state_dict(copy_state["weights"])
-            getattr(self, f"{name}_reader").version = copy_state["version"]
+            getattr(self, f"{name}_reader").load_state_dict(copy_state)
         if state["replay"] is not None:
             replay = state["replay"]
             read_bulk(replay["bulk"]["file"], replay["bulk"], self.replay.load_targets(replay))
