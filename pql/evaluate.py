@@ -23,7 +23,7 @@ def one_torch_thread():
 
 @torch.no_grad()
 @one_torch_thread()
-def evaluate(env, policy, normalizer) -> tuple[float, float]:
+def evaluate(env, policy, normalizer) -> dict[str, float]:
     """Run the deterministic policy (its forward: the mean action, clipped to the action box as in
     training) until every env has finished one episode, on one torch thread: a few envs' worth of
     policy gives a thread pool nothing to share, and on a CPU the pool's idle threads spin on the
@@ -33,22 +33,29 @@ def evaluate(env, policy, normalizer) -> tuple[float, float]:
     All episodes step as one batch, and no step waits on the device: whether any episode still
     runs is read from a copy that lands on the host a few steps late (tasks.base.LateRead; on the
     CPU it is the mask itself). The steps after the last episode ended add nothing, since every
-    sum is masked by `running`. -> (mean return, mean length) over the env's num_envs first
-    episodes, read in one transfer at the end."""
+    sum is masked by `running`. -> {"eval/return", "eval/length", and "eval/<metric>" for an env
+    with an episode_metric}: means over the env's num_envs first episodes, read in one transfer
+    at the end."""
     obs = env.reset()
     n = env.num_envs
+    metric = env.episode_metric
     returns = torch.zeros(n, device=env.device)
     lengths = torch.zeros(n, device=env.device)
+    scores = torch.zeros(n, device=env.device)  # the metric at each episode's last step
     running = torch.ones(n, dtype=torch.bool, device=env.device)
     still_running = LateRead(running)
     for _ in range(env.max_episode_steps):
         action = policy(normalizer(obs)).clamp(-1.0, 1.0)
-        obs, reward, terminated, truncated, _ = env.step(to_env_action(action, env))
+        obs, reward, terminated, truncated, info = env.step(to_env_action(action, env))
         returns += reward * running
         lengths += running.float()
-        running &= ~(terminated | truncated)
+        ended = running & (terminated | truncated)
+        if metric is not None:
+            scores = torch.where(ended, info[metric], scores)
+        running &= ~ended
         seen = still_running.read()
         if seen is not None and not seen.any():
             break
-    mean_return, mean_length = torch.stack([returns.mean(), lengths.mean()]).tolist()
-    return mean_return, mean_length
+    names = ["eval/return", "eval/length"] + ([] if metric is None else [f"eval/{metric}"])
+    means = torch.stack([returns.mean(), lengths.mean(), scores.mean()][: len(names)]).tolist()
+    return dict(zip(names, means))

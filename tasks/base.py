@@ -41,6 +41,10 @@ class BatchedEnv(abc.ABC):
     max_episode_steps: int
     action_low: torch.Tensor  # [act_dim] float32, device
     action_high: torch.Tensor  # [act_dim] float32, device
+    # The info entry whose value at an episode's last step scores the episode beside its return
+    # ("consecutive_successes" of ShadowHandCube), or None: evaluations and the training log
+    # report its mean over episodes as eval/<name> and train/<name>.
+    episode_metric: str | None = None
 
     @abc.abstractmethod
     def reset(self) -> torch.Tensor:

@@ -28,6 +28,7 @@ class Episodes:
         self.num_envs, self.obs_dim, self.act_dim = len(lengths), 3, 2
         self.device = torch.device("cpu")
         self.max_episode_steps = max_episode_steps
+        self.episode_metric = None
         self.action_low, self.action_high = -torch.ones(2), torch.ones(2)
         self.lengths = torch.tensor(lengths)
         self.hold, self.delay_s = hold, delay_s
@@ -94,7 +95,8 @@ def test_an_evaluation_reads_the_device_once_at_the_end(monkeypatch):
     monkeypatch.setattr(evaluate_module, "LateRead", LandsLate)
     env = Episodes([5, 9, 20])
     with HostReads() as reads:
-        mean_return, mean_length = evaluate(env, Bias(0.5), torch.nn.Identity())
+        scores = evaluate(env, Bias(0.5), torch.nn.Identity())
+    mean_return, mean_length = scores["eval/return"], scores["eval/length"]
     assert reads.reads <= 2, reads.reads  # the two means, read together; none per step
     assert mean_length == pytest.approx((5 + 9 + 20) / 3)
     assert mean_return == pytest.approx(0.5 * (5 + 9 + 20) / 3)
@@ -115,7 +117,7 @@ def test_a_background_evaluation_lets_the_caller_go_on_and_evaluates_the_policy_
         policy.bias.fill_(-1.0)  # the roles publish a newer policy meanwhile
     hold.set()
     result = evaluator.wait()
-    assert (result.mean_return, result.mean_length) == (pytest.approx(4.0), 4.0)  # the snapshot's, bias 1
+    assert result.scores == {"eval/return": pytest.approx(4.0), "eval/length": 4.0}  # the snapshot's, bias 1
     assert (result.policy_version, result.env_steps) == (7, 1000) and result.seconds > 0
     assert not evaluator.busy and evaluator.poll() is None
 

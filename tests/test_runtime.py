@@ -222,7 +222,7 @@ def test_no_evaluation_starts_that_would_end_past_the_time_limit(make_config, tm
 
     def evaluation_of_eval_s(*args):
         clock["skipped"] += eval_s
-        return 0.0, 1.0
+        return {"eval/return": 0.0, "eval/length": 1.0}
 
     monkeypatch.setattr(evaluate_module, "evaluate", evaluation_of_eval_s)
     for module in (run_module, run_logger_module, evaluate_module):
@@ -258,7 +258,7 @@ def test_rates_logged_after_an_evaluation_count_the_steps_made_during_it(make_co
 
     def one_second_evaluation(*args):
         time.sleep(1.0)
-        return 0.0, 1.0
+        return {"eval/return": 0.0, "eval/length": 1.0}
 
     monkeypatch.setattr(evaluate_module, "evaluate", one_second_evaluation)
     monkeypatch.setattr(OffPolicyRunner, "trains_elsewhere", False)
@@ -529,7 +529,7 @@ def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
     normalizer = ObsNormalizer(4)
     normalizer.load_state_dict(state["normalizer"])
     env = build_env(cfg.task, cfg.task.eval_envs, "cpu", cfg.runtime.seed + EVAL_SEED_OFFSET)
-    assert (result["eval/return"], result["eval/length"]) == evaluate(env, policy, normalizer)
+    assert result == evaluate(env, policy, normalizer)
 
 
 def test_checkpoint_auto_starts_fresh_then_resumes_the_run_directory(make_config, tmp_path, capsys):

@@ -17,8 +17,7 @@ from pql.runtime.device import use_device
 
 @dataclasses.dataclass
 class EvalResult:
-    mean_return: float
-    mean_length: float
+    scores: dict[str, float]  # what pql.evaluate.evaluate returns: "eval/return", "eval/length", ...
     policy_version: int
     env_steps: int  # the run's env steps when the policy was taken
     seconds: float  # wall time from start to result
@@ -76,8 +75,8 @@ class Evaluator:
 
     def _run(self, policy, normalizer, version: int, env_steps: int) -> EvalResult:
         start = time.monotonic()
-        mean_return, mean_length = evaluate(self.env, policy, normalizer)
-        return EvalResult(mean_return, mean_length, version, env_steps, time.monotonic() - start)
+        scores = evaluate(self.env, policy, normalizer)
+        return EvalResult(scores, version, env_steps, time.monotonic() - start)
 
     def _in_background(self, policy, normalizer, version: int, env_steps: int, ready) -> None:
         try:

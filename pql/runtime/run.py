@@ -66,6 +66,7 @@ from pql.runtime.distributed import (
     spread,
 )
 from pql.runtime.divergence import check_state
+from pql.runtime.episodes import TRAIN_EPISODE_METRIC
 from pql.runtime.evaluation import EvalResult, Evaluator
 from pql.runtime.settings import MonitorSettings, ResumeSettings, RunSettings, load_runner, run_settings
 from pql.runtime.stopping import FINISH, GO_ON, Stopped, StopSignals, by_signal, signal_name
@@ -234,13 +235,15 @@ def evaluate_checkpoint(settings: RunSettings, runner_cls, eval_env, state: dict
     policy, normalizer = checkpoint_policy(
         runner_cls, settings.runner.algo, state, eval_env.obs_dim, eval_env.act_dim, settings.device
     )
-    ret, length = evaluate(eval_env, policy, normalizer)
+    scores = evaluate(eval_env, policy, normalizer)
+    metric = eval_env.episode_metric
     print(
         f"pql: evaluated {settings.resume.checkpoint} on {settings.eval_envs.num_envs} {settings.resume.task} envs: "
-        f"mean return {ret:.2f}, mean length {length:.1f}",
+        f"mean return {scores['eval/return']:.2f}, mean length {scores['eval/length']:.1f}"
+        + ("" if metric is None else f", mean {metric.replace('_', ' ')} {scores[f'eval/{metric}']:.2f}"),
         flush=True,
     )
-    return {"eval/return": ret, "eval/length": length}
+    return scores
 
 
 class Monitor:
@@ -266,6 +269,7 @@ class Monitor:
     ):
         self.settings, self.runner, self.logger, self.board, self.signals = settings, runner, logger, board, signals
         self.evaluator = Evaluator(eval_env, eval_env.device, runner.trains_elsewhere) if logger else None
+        self.episode_metric = eval_env.episode_metric
         self.start = time.monotonic()
         self.solved = False
         self.stopping_said = False  # the line that the run stops for a signal is printed
@@ -355,7 +359,7 @@ class Monitor:
             self.last_counts, self.last_log_time = counts, now
             ranks = {f"{k}.rank{r}": v for r, scalars in self.board.read().items() for k, v in scalars.items()}
             self._log(
-                counts["env_steps"], {**rates, **self.runner.scalars(), **ranks, "time/elapsed_s": self.elapsed()}
+                counts["env_steps"], {**rates, **self._runner_scalars(), **ranks, "time/elapsed_s": self.elapsed()}
             )
             self.logger.progress(counts["env_steps"], self.latest)
 
@@ -404,13 +408,12 @@ class Monitor:
         self.eval_seconds += result.seconds
         self.longest_eval_s = max(self.longest_eval_s, result.seconds)
         target = self.settings.stop_at_return
-        if target is not None and result.mean_return >= target:
+        if target is not None and result.scores["eval/return"] >= target:
             self.solved = True
         self._log(
             env_steps,
             {
-                "eval/return": result.mean_return,
-                "eval/length": result.mean_length,
+                **result.scores,
                 "eval/policy_version": result.policy_version,
                 "eval/env_steps": result.env_steps,
                 "time/eval_s": result.seconds,
@@ -430,6 +433,14 @@ class Monitor:
         if now - self.last_log_time >= self.settings.log_every_s or final:
             self.last_counts, self.last_log_time = counts, now
             self.board.post({k: v for k, v in self.runner.scalars().items() if k.startswith("ratio/")})
+
+    def _runner_scalars(self) -> dict:
+        """The runner's scalars, its episode metric named as the env names it (left out without one)."""
+        scalars = self.runner.scalars()
+        metric = scalars.pop(TRAIN_EPISODE_METRIC, None)
+        if metric is not None and self.episode_metric is not None:
+            scalars[f"train/{self.episode_metric}"] = metric
+        return scalars
 
     def _log(self, env_steps: int, scalars: dict) -> None:
         scalars = {k: float(v) for k, v in scalars.items()}

@@ -87,12 +87,13 @@ class RunCounters(SharedValues):
 
 
 class RunStats(SharedValues):
-    """The latest mean return and length of the training episodes (writer: actor); runners add
-    their losses."""
+    """The latest mean return, length and episode metric (tasks.base.BatchedEnv.episode_metric;
+    0 for an env without one) of the training episodes (writer: actor); runners add their losses."""
 
     dtype = torch.float64
     train_return: float
     train_length: float
+    train_metric: float
 
 
 Counters = TypeVar("Counters", bound="RunCounters")

@@ -53,7 +53,7 @@ class Actor:
         self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
         self.generator = torch.Generator(device=device).manual_seed(settings.envs.seed + 1)
         self.obs = self.env.reset()
-        self.episodes = EpisodeStats(self.env.num_envs, device, shared.counters.episodes)
+        self.episodes = EpisodeStats(self.env.num_envs, device, shared.counters.episodes, self.env.episode_metric)
         self.local_steps = 0
         self.finished = False  # asked to finish (by any replica's main process), and agreed
         self.ring_writes = InFlight(device, wait=group.ordered)  # staged batches written but not counted yet
@@ -126,7 +126,7 @@ class Actor:
         with finite_actions(self.name, f"actor step {c.actor_steps:,}"):
             next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
         c.env_steps += self.env.num_envs
-        self.episodes.track(reward, terminated | truncated)
+        self.episodes.track(reward, terminated | truncated, info)
         if self.local_steps % EPISODE_REPORT_EVERY == 0:
             self.episodes.report(self.shared)
         if self.settings.reward_scale != 1.0:

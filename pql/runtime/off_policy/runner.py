@@ -15,6 +15,7 @@ from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, Role
 from pql.runtime.control import RatioCounters
 from pql.runtime.divergence import Diverged, check_state
+from pql.runtime.episodes import TRAIN_EPISODE_METRIC
 from pql.runtime.off_policy.learners import replay_layouts
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_main
 from pql.runtime.off_policy.sequential import interleave
@@ -158,6 +159,7 @@ class OffPolicyRunner:
             "policy/version_lag": stats["policy_version_lag"],
             "train/return": stats["train_return"],
             "train/length": stats["train_length"],
+            TRAIN_EPISODE_METRIC: stats["train_metric"],
             "train/episodes": self.counters.episodes,
         }
 

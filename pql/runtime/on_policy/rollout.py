@@ -36,7 +36,7 @@ class RolloutWorker:
         finished before (a resumed run continues its count)."""
         self.env, self.normalizer, self.group = env, normalizer, group
         self.obs = env.reset()
-        self.episodes = EpisodeStats(env.num_envs, env.device, episodes)
+        self.episodes = EpisodeStats(env.num_envs, env.device, episodes, env.episode_metric)
 
     @torch.no_grad()
     def collect(self, policy: GaussianActor, out: dict) -> None:
@@ -58,5 +58,5 @@ class RolloutWorker:
             out["terminated"][t] = terminated
             out["truncated"][t] = truncated
             out["final_obs"][t] = self.normalizer(info["final_obs"])
-            self.episodes.track(reward, terminated | truncated)
+            self.episodes.track(reward, terminated | truncated, info)
             self.obs = next_obs
