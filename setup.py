@@ -14,7 +14,7 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="MIT",
-    license_files=["LICENSE", "tasks/mujoco/assets/LICENSE"],
+    license_files=["LICENSE", "tasks/mujoco/assets/LICENSE", "tasks/mujoco/assets/hand/LICENSE.md"],
     classifiers=[
         "Programming Language :: Python :: 3",
         "Operating System :: POSIX :: Linux",
@@ -22,7 +22,14 @@ setup(
     ],
     python_requires=">=3.10",
     packages=find_packages(include=["pql", "pql.*", "tasks", "tasks.*"]),
-    package_data={"tasks": ["mujoco/assets/*.xml", "mujoco/assets/LICENSE*"]},
+    package_data={
+        "tasks": [
+            "mujoco/assets/*.xml",
+            "mujoco/assets/LICENSE*",
+            "mujoco/assets/hand/*",
+            "mujoco/assets/stls/hand/*.stl",
+        ]
+    },
     # The floors: the oldest releases the code needs (from numpy on: the oldest checked); the fast
     # tests pass with all of them pinned at once (docker/README.md, "Versions"). Install torch
     # first (the CPU wheel on CI, the CUDA build on GPU machines): a torch already there satisfies
@@ -47,7 +54,16 @@ setup(
     ],
     extras_require={
         # ruff and mypy pinned: a new release's new rules must not fail a commit that passed.
-        "test": ["pytest", "gymnasium[mujoco]>=1.0", "scipy", "wandb", "ruff==0.17.6", "mypy==2.4.1"],
+        # gymnasium-robotics: the Shadow hand's model that tests/test_tasks_hand.py compares with.
+        "test": [
+            "pytest",
+            "gymnasium[mujoco]>=1.0",
+            "gymnasium-robotics==1.4.2",
+            "scipy",
+            "wandb",
+            "ruff==0.17.6",
+            "mypy==2.4.1",
+        ],
         "wandb": ["wandb"],
     },
 )

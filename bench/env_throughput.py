@@ -11,10 +11,10 @@ Every row steps `N` envs with uniform random actions in the action box for about
 and reports N × steps / elapsed. The env rows are the full protocol: physics, task logic in
 torch (observation, reward, termination), auto-reset and the action checks. The two reference
 rows are not: "gymnasium sync" is `gymnasium.vector.SyncVectorEnv` of `<Task>-v5` (one MjData
-per env, stepped in a Python loop), and "mujoco rollout (physics only)" is `mujoco.rollout` with
-one thread per core stepping the same model and frame skip with no task logic at all: what the
-physics alone costs on this machine. `--gym-sizes` and `--rollout-sizes` with no value leave
-those rows out.
+per env, stepped in a Python loop; left out for ShadowHandCube, which has no Gymnasium env), and
+"mujoco rollout (physics only)" is `mujoco.rollout` with one thread per core stepping the same
+model and frame skip with no task logic at all: what the physics alone costs on this machine.
+`--gym-sizes` and `--rollout-sizes` with no value leave those rows out.
 
 A row that raises (out of memory at the largest size, say) prints its error and the bench goes
 on with the next row; the exit code is then 1. --csv writes each row as it is measured
@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from learner import CsvRows
 
 import tasks
-from tasks.mujoco import TASKS
+from tasks.mujoco import GYMNASIUM_TASKS, TASKS
 from tasks.mujoco.task import load_asset
 
 WARMUP_STEPS = 3
@@ -319,7 +319,8 @@ def main() -> None:
                     n,
                     lambda: pql_env_rate(args.task, n, device, backend, args.seconds, profile),
                 )
-    for n in args.gym_sizes:
+    gym_sizes = args.gym_sizes if args.task in GYMNASIUM_TASKS else []  # no <Task>-v5 to compare with
+    for n in gym_sizes:
         add("gymnasium sync", "cpu", n, lambda: (gymnasium_rate(args.task, n, args.seconds), None))
     for n in rollout_sizes:
         add("mujoco rollout (physics only)", "cpu", n, lambda: (rollout_rate(args.task, n, args.seconds), None))

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 import tasks
-from tasks.mujoco import TASKS
+from tasks.mujoco import GYMNASIUM_TASKS, TASKS
 from tasks.mujoco.env import MujocoEnv
 from tasks.mujoco.half_cheetah import HalfCheetah
 from tasks.mujoco.task import ASSETS, load_asset
@@ -76,7 +76,7 @@ def assert_close(actual: torch.Tensor, expected: np.ndarray, tolerance: float, w
 
 
 @pytest.mark.parametrize("backend", ["mujoco", "mjwarp"])
-@pytest.mark.parametrize("name", tasks.TASK_NAMES)
+@pytest.mark.parametrize("name", GYMNASIUM_TASKS)
 def test_matches_gymnasium(name, backend):
     tol = TASK_TOLERANCE.get((name, backend), TOLERANCE[backend])
     env = make_env(name, backend)

@@ -15,6 +15,7 @@ from .inverted_double_pendulum import InvertedDoublePendulum
 from .inverted_pendulum import InvertedPendulum
 from .pusher import Pusher
 from .reacher import Reacher
+from .shadow_hand_cube import ShadowHandCube
 from .swimmer import Swimmer
 from .walker2d import Walker2d
 
@@ -32,8 +33,11 @@ TASKS = {
         Swimmer,
         InvertedDoublePendulum,
         HumanoidStandup,
+        ShadowHandCube,
     )
 }
+# The tasks that follow a Gymnasium MuJoCo v5 env of the same name (the parity tests' subjects).
+GYMNASIUM_TASKS = tuple(name for name in TASKS if name != ShadowHandCube.__name__)
 BACKENDS = ("auto", "mujoco", "mjwarp")
 
 

@@ -31,15 +31,17 @@ class MujocoEnv(BatchedEnv):
     ):
         model = model or load_asset(task_cls.xml)
         self.task = task_cls(model, physics_cls.dtype, device)
+        self.task.start(num_envs, seed)
         self.physics = physics_cls(model, num_envs, device, self.task, seed)
+        self.episode_metric = self.task.episode_metric
         self.num_envs = num_envs
         self.device = device
         self._seed = seed
         self.obs_dim = self.task.obs_dim
         self.act_dim = model.nu
         self.max_episode_steps = self.task.max_episode_steps
-        low, high = torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32).T
-        self.action_low, self.action_high = low.to(device), high.to(device)
+        low, high = self.task.action_range(model)
+        self.action_low, self.action_high = low.to(device, torch.float32), high.to(device, torch.float32)
         self._check_actions = ActionCheck(num_envs, self.act_dim, device)
         self._elapsed = torch.zeros(num_envs, dtype=torch.int64, device=device)
         self._position = None  # the task's tracked position before the step, [N, k]
@@ -51,15 +53,15 @@ class MujocoEnv(BatchedEnv):
 
     def step(self, actions: torch.Tensor):
         self._check_actions(actions)
-        self.physics.step(actions, self.task.frame_skip)
+        self.physics.step(self.task.control(actions), self.task.frame_skip)
         state = self.physics.state
-        obs = self.task.observe(state).float()
         position = self.task.position(state)
         velocity = None
         if position is not None:
             velocity = (position - self._position) / self.task.dt
             self._position = position.clone()
         reward, terminated, terms = self.task.reward_and_termination(state, velocity, actions)
+        obs = self.task.observe(state).float()  # after: a goal reached there is replaced by the next
         if velocity is not None:
             terms.update(zip(("x_velocity", "y_velocity"), velocity.unbind(1)))
         # One stacked copy (one kernel, not one per entry): an entry may be a view of the physics
@@ -88,7 +90,8 @@ class MujocoEnv(BatchedEnv):
         "task", "backend" (str), "num_envs", "seed" (int) and "layout" ({"nq", "nv", ...}: int) say
         what it is of; "physics" is the backend's (its integration state, the reset noise's counters
         and the task's derived fields); "elapsed" [N] int64 the steps of each episode so far;
-        "last_obs" [N, obs_dim] float32; "position" [N, k] the task's tracked position (tasks with one).
+        "last_obs" [N, obs_dim] float32; "position" [N, k] the task's tracked position (tasks with one);
+        "task_state" what the task keeps per env (tasks that keep any: Task.state_dict).
         """
         state = {
             "task": type(self.task).__name__,
@@ -102,6 +105,9 @@ class MujocoEnv(BatchedEnv):
         }
         if self._position is not None:
             state["position"] = self._position.to("cpu", copy=True)
+        task_state = self.task.state_dict()
+        if task_state:
+            state["task_state"] = task_state
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -114,12 +120,15 @@ class MujocoEnv(BatchedEnv):
         self._last_obs = state["last_obs"].to(self.device, copy=True)
         if self._position is not None:
             self._position = state["position"].to(self.device, copy=True)
+        if "task_state" in state:
+            self.task.load_state_dict(state["task_state"])
 
     def _restart(self, mask: torch.Tensor, obs: torch.Tensor, initial=None) -> torch.Tensor:
         """Start new episodes where mask [N] is true, at `initial` (qpos, qvel) or at random
         (Task.add_reset_noise, drawn only for those envs); obs [N, obs_dim] is kept elsewhere."""
         self.physics.reset(mask, initial)
         state = self.physics.state
+        self.task.restart(mask, state)
         fresh = self.task.observe(state).float()
         position = self.task.position(state)
         if position is not None:

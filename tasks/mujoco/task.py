@@ -52,6 +52,9 @@ class Task:
     # Warp's size ladder; an overflow stops the run with a TaskError naming the one to raise.
     nconmax: int
     njmax: int
+    # The info entry whose value at an episode's last step scores the episode beside its return
+    # (ShadowHandCube's "consecutive_successes"); evaluations and the training log report its mean.
+    episode_metric: str | None = None
 
     def __init__(self, model: mujoco.MjModel, dtype: torch.dtype, device: torch.device):
         if self.qvel_noise not in ("uniform", "normal"):
@@ -62,6 +65,34 @@ class Task:
 
     def observation_size(self, model: mujoco.MjModel) -> int:
         raise NotImplementedError
+
+    def action_range(self, model: mujoco.MjModel) -> tuple[torch.Tensor, torch.Tensor]:
+        """The action box (low, high) [act_dim] float: the actuators' control range, which `control`
+        passes on as it is."""
+        low, high = torch.as_tensor(model.actuator_ctrlrange, dtype=torch.float32).T
+        return low, high
+
+    # A task may keep state per env beyond the physics (a goal, a count of successes): it allocates
+    # it in `start`, renews it in `restart`, may change it in `control` and `reward_and_termination`,
+    # and saves it in `state_dict`. The Gymnasium tasks keep none.
+
+    def start(self, num_envs: int, seed: int) -> None:
+        """Allocate what the task keeps for each of num_envs envs, whose draws `seed` keys (once, before
+        the first restart)."""
+
+    def restart(self, mask: torch.Tensor, state: State) -> None:
+        """The envs where mask [N] is true have started new episodes at the physics `state`."""
+
+    def control(self, action: torch.Tensor) -> torch.Tensor:
+        """The actuators' controls [N, nu] for action [N, act_dim] (as given): the action itself."""
+        return action
+
+    def state_dict(self) -> dict:
+        """What the task keeps per env, copies on the CPU (see the env's state_dict); {} if nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned (checked by the env to have its shapes and dtypes)."""
 
     def observe(self, state: State) -> torch.Tensor:
         """Observation [N, obs_dim] from the physics state."""
@@ -78,7 +109,8 @@ class Task:
         action: [N, act_dim] as given (MuJoCo clamps the control, the costs use it unclamped).
         info: Gymnasium's per-step info entries, [N] each, under its names: the reward terms as
         signed addends of the reward ("reward_ctrl" is minus the control cost) and the positions;
-        the env adds the velocities.
+        the env adds the velocities. A task with goals draws the next one here for the envs that
+        reached theirs: the env observes after this call.
         """
         raise NotImplementedError
 
