@@ -13,6 +13,9 @@ import torch
 from scipy import stats
 
 import tasks
+from pql.checkpoint import load_checkpoint
+from pql.logging import METRICS_CSV, read_metrics
+from pql.runtime import train
 from tasks.mujoco.env import MujocoEnv
 from tasks.mujoco.physics_mjwarp import MjwarpPhysics
 from tasks.mujoco.physics_mujoco import MujocoPhysics
@@ -281,3 +284,45 @@ def test_the_task_names_its_buffers_when_mujoco_warp_runs_out():
     with pytest.raises(tasks.TaskError, match=r"raise Cramped\.njmax"):
         for _ in range(3):
             env.step(torch.zeros(2, 20))
+
+
+# -- through the runtime --------------------------------------------------------------------------------
+
+HAND_RUN = [
+    "task=ShadowHandCube",
+    "task.num_envs=4",
+    "task.eval_envs=2",
+    "runtime.mode=sequential",
+    "runtime.eval_every=1000000000",
+    "runtime.log_every_s=1",
+    "runtime.checkpoint_every=1000000000",
+    "algo.batch_size=64",
+    "algo.beta_av=1",
+    "algo.warmup_steps=4",
+    "algo.net.actor_hidden=[32,32]",
+    "algo.net.critic_hidden=[32,32]",
+]
+
+
+@pytest.mark.slow
+def test_a_training_run_logs_the_successes_and_resumes_its_goals(make_config, tmp_path):
+    """PQL trains on the hand end to end: the training log and the final evaluation carry the
+    consecutive successes, and the checkpoint's envs hold each env's goal, from which a resume
+    goes on (not a learning test: no CPU budget of minutes turns the cube, docs/tasks.md)."""
+    first = make_config(HAND_RUN + ["runtime.max_env_steps=2800"], run_dir=tmp_path / "first")
+    final = train(first)
+    assert final["eval/consecutive_successes"] >= 0 and final["eval/length"] > 0
+    logged = read_metrics(str(tmp_path / "first" / METRICS_CSV))
+    assert np.isfinite(logged["train/consecutive_successes"]).any()  # 700 steps: episodes have ended
+    saved = load_checkpoint(tmp_path / "first" / "checkpoint.pt")
+    goals = saved["roles"]["actor"]["envs"]["env"]["task_state"]["goal_quat"]
+    assert goals.shape == (4, 4) and torch.allclose(goals.norm(dim=1), torch.ones(4, dtype=goals.dtype))
+    second = make_config(
+        HAND_RUN + ["runtime.max_env_steps=3200", f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"],
+        run_dir=tmp_path / "second",
+    )
+    train(second)
+    resumed = load_checkpoint(tmp_path / "second" / "checkpoint.pt")
+    assert resumed["counters"]["env_steps"] >= 3200 > saved["counters"]["env_steps"]
+    drawn = resumed["roles"]["actor"]["envs"]["env"]["task_state"]["goals_drawn"]
+    assert (drawn >= saved["roles"]["actor"]["envs"]["env"]["task_state"]["goals_drawn"]).all()
