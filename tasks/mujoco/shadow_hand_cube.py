@@ -18,7 +18,7 @@ import torch
 import warp as wp
 
 from ..base import TaskError
-from .task import Task, body_id, init_warp, start_stream, warp_seed
+from .task import Task, body_id, finite_rows, init_warp, start_stream, warp_seed
 
 HAND_JOINTS = 24
 _Vec24 = wp.types.vector(length=HAND_JOINTS, dtype=wp.float32)
@@ -77,8 +77,7 @@ class ShadowHandCube(Task):
         self.hand_root = int(model.body_rootid[body_id(model, self.fingertips[0])])
         self.tips = [body_id(model, name) for name in self.fingertips]
         self.target_pos = as_tensor(model.qpos0[HAND_JOINTS : HAND_JOINTS + 3]) - as_tensor([0.0, 0.0, self.goal_drop])
-        self._start_low = model.jnt_range[:HAND_JOINTS, 0].astype("float32")
-        self._start_high = model.jnt_range[:HAND_JOINTS, 1].astype("float32")
+        self._start_range = [_Vec24(model.jnt_range[:HAND_JOINTS, k].tolist()) for k in (0, 1)]  # the kernel's
 
     def _as_tensor(self, values) -> torch.Tensor:
         return torch.as_tensor(values, dtype=self.dtype, device=self.device)
@@ -150,7 +149,7 @@ class ShadowHandCube(Task):
         reward = sum(terms.values())
         self.successes += reached
         self._draw_goals(reached)  # the observation of this step shows the next goal
-        finite = torch.isfinite(state["qpos"]).all(dim=1) & torch.isfinite(state["qvel"]).all(dim=1)
+        finite = finite_rows(state["qpos"], state["qvel"])
         info = {**terms, "rot_dist": rot_dist, "goal_dist": goal_dist, "consecutive_successes": self.successes}
         return reward, fell | ~finite, info
 
@@ -227,8 +226,7 @@ class ShadowHandCube(Task):
             device=qpos.device,
             inputs=[
                 warp_seed(seed),
-                _Vec24(self._start_low.tolist()),
-                _Vec24(self._start_high.tolist()),
+                *self._start_range,
                 float(self.reset_dof_pos_interval),
                 float(self.reset_position_noise),
                 restart,
