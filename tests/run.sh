@@ -11,6 +11,8 @@
 #   2. tests/kernels with TRITON_INTERPRET=1: the Triton kernels run on CPU tensors against their
 #      references (the variable must be set before triton decorates a kernel: its own process);
 #   3. on a machine with CUDA, tests/kernels again with the kernels compiled for the GPU.
+# Each pytest run lists its 25 slowest tests (--durations=25), so that every CI log shows where
+# the time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tier=(-m "not slow")
@@ -21,8 +23,8 @@ fi
 ruff check .
 ruff format --check .
 mypy
-python -m pytest tests --ignore=tests/kernels ${tier[@]+"${tier[@]}"} "$@"
-TRITON_INTERPRET=1 python -m pytest tests/kernels ${tier[@]+"${tier[@]}"} "$@"
+python -m pytest --durations=25 tests --ignore=tests/kernels ${tier[@]+"${tier[@]}"} "$@"
+TRITON_INTERPRET=1 python -m pytest --durations=25 tests/kernels ${tier[@]+"${tier[@]}"} "$@"
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-    python -m pytest tests/kernels -m gpu "$@"
+    python -m pytest --durations=25 tests/kernels -m gpu "$@"
 fi

@@ -1,6 +1,7 @@
 """Chaos: short runs in process mode, each ended at a random moment by SIGKILL of a random role
-or SIGTERM of the run, each followed by a resume from the latest checkpoint; a last resume then
-trains until it solves InvertedPendulum within the env-step budget of the learning tests (each
+or SIGTERM of the run (each at least once), each followed by a resume from the latest checkpoint;
+a last resume then trains until it solves InvertedPendulum within the env-step budget of the
+learning tests (each
 resume restores its checkpoint's replay; the checkpoint of a killed launch is its last periodic
 one, so the steps after it are lost and made again). The same under
 torchrun with two replicas, restarted by torchrun after a SIGKILL and relaunched after a
@@ -23,7 +24,10 @@ from conftest import JOB_MARKER, ROOT, alive, job_pids, role_pids, running, star
 from pql.checkpoint import load_checkpoint
 from pql.config import ROLE_NAMES
 
-CYCLES = 6
+# Three stopped launches: a role's SIGKILL and the run's SIGTERM each at least once (STOPS,
+# shuffled), then the last. Each launch pays a process-mode start (~10 s on 2 cores); six took
+# about 6 minutes in all and found nothing three do not.
+STOPS = ["SIGKILL", "SIGKILL", "SIGTERM"]
 RUN = [
     "task=InvertedPendulum",
     "runtime.mode=process",
@@ -32,13 +36,17 @@ RUN = [
     "runtime.eval_every=10000",
     "runtime.log_every_s=1",
 ]
-# The last launch: on to 900 (of 1000) or to 200k env steps, as the learning tests allow.
+# The last launch: on to 900 (of 1000) or to 200k env steps, as the learning tests allow,
+# evaluated every eval_every env steps as they are. Sequential, which starts ~10 s sooner on 2 cores
+# (no role processes to import torch); it resumes the process-mode launches' checkpoint.
 LAST = [
     "runtime.max_env_steps=200000",
     "runtime.stop_at_return=900",
     "runtime.max_time_s=240",
     "runtime.eval_max_share=1",
-]  # evaluated every eval_every env steps, as the learning tests are
+    "runtime.eval_every=2000",
+    "runtime.mode=sequential",
+]
 
 
 def metric_rows(run_dir) -> list[dict]:
@@ -61,9 +69,10 @@ def steps_of(rows: list[dict]) -> list[int]:
     return [int(r["env_steps"]) for r in rows]
 
 
-def launch(run_dir, rng: random.Random, stop: bool) -> tuple[str, int, str, list[int]]:
-    """One launch, resumed from run_dir's checkpoint if there is one (checkpoint=auto); stop=True ends it at a
-    random moment after its first checkpoint. -> (how it was stopped, exit code, stdout+stderr, pids)."""
+def launch(run_dir, rng: random.Random, stop: str | None) -> tuple[str, int, str, list[int]]:
+    """One launch, resumed from run_dir's checkpoint if there is one (checkpoint=auto); stop ("SIGKILL" of a
+    random role, or "SIGTERM" of the run) ends it at a random moment after its first checkpoint; None
+    lets it run. -> (how it was stopped, exit code, stdout+stderr, pids)."""
     path = run_dir / "checkpoint.pt"
     cmd = [sys.executable, "train.py", *RUN, *([] if stop else LAST), "checkpoint=auto", f"hydra.run.dir={run_dir}"]
     start_mtime = path.stat().st_mtime if path.exists() else 0.0
@@ -80,7 +89,7 @@ def launch(run_dir, rng: random.Random, stop: bool) -> tuple[str, int, str, list
                 assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint written"
                 time.sleep(0.2)
             time.sleep(rng.uniform(0.5, 5.0))
-            if rng.random() < 0.5:
+            if stop == "SIGKILL":
                 victim = rng.choice(sorted(pids))
                 os.kill(pids[victim], signal.SIGKILL)
                 how = f"SIGKILL {victim}"
@@ -94,14 +103,15 @@ def launch(run_dir, rng: random.Random, stop: bool) -> tuple[str, int, str, list
 @pytest.mark.slow
 def test_runs_survive_kills_and_resumes(tmp_path):
     rng = random.Random(0)
+    plan = [*rng.sample(STOPS, len(STOPS)), None]
     run_dir = tmp_path / "run"
     last_counters, kills, terms, resumes = None, 0, 0, 0
-    for cycle in range(CYCLES + 1):
-        final = cycle == CYCLES
+    for cycle, stop in enumerate(plan):
+        final = stop is None
         resumed_at = load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] if cycle else 0
         before = [r for r in metric_rows(run_dir) if int(r["env_steps"]) <= resumed_at]
         resumes += cycle > 0
-        how, code, output, pids = launch(run_dir, rng, stop=not final)
+        how, code, output, pids = launch(run_dir, rng, stop)
         kills += how.startswith("SIGKILL")
         terms += how == "SIGTERM"
         expected = 0 if final else 1 if how.startswith("SIGKILL") else 143
@@ -120,18 +130,17 @@ def test_runs_survive_kills_and_resumes(tmp_path):
         steps = steps_of(rows)
         assert steps == sorted(steps), f"cycle {cycle}: metrics.csv logs some env steps twice: {steps}"
     assert_last_launch_solved(
-        output, f"chaos: {CYCLES} cycles survived: {kills} role SIGKILLs, {terms} SIGTERMs, {resumes} resumes"
+        output, f"chaos: {len(STOPS)} cycles survived: {kills} role SIGKILLs, {terms} SIGTERMs, {resumes} resumes"
     )
 
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-PLAN = ["SIGKILL"] * 3 + ["SIGTERM"] * 2  # shuffled, then a SIGTERM that ends the last job
+# Shuffled, then a SIGTERM that ends the last job: a restart by torchrun and a relaunch each at
+# least once (five stops took about 6 minutes and found nothing these do not).
+PLAN = ["SIGKILL", "SIGTERM"]
 # β_a:v = 1:4: the actors step four times as often as at the default, so that they reach their
 # agreement on finishing (every 16 steps) within seconds on 2 cores, where 8 processes share them.
 REPLICAS_RUN = ["algo.beta_av=4", "runtime.checkpoint_every=500", "checkpoint=auto"]
-# The last launch: LAST, evaluated more often, in sequential mode, which starts 20 s sooner on 2
-# cores (no role processes to import torch); it resumes the process-mode launches' checkpoint.
-REPLICAS_LAST = [*LAST, "runtime.eval_every=2000", "runtime.mode=sequential"]
 LAUNCH = re.compile(r"pql: checkpoint=auto: (?:resuming from \S+ at ([\d,]+) env steps|no checkpoint in)")
 
 
@@ -221,12 +230,12 @@ def victim_of(run_dir, rng: random.Random) -> tuple[str, int]:
 
 @pytest.mark.slow
 def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
-    """Two replicas in process mode, six launches (torchrun's restarts and relaunches of the job)
+    """Two replicas in process mode, three launches (torchrun's restarts and relaunches of the job)
     each ended at a random moment after its first checkpoint, by SIGKILL of a random role of a
     random replica (torchrun restarts the workers) or SIGTERM of every process of the job (every
     replica stops at an agreed step, rank 0 writes its checkpoint, the job ends; relaunched as
     sbatch --requeue would); every launch resumes with checkpoint=auto. Every checkpoint loads, no counter goes
-    back, metrics.csv stays one timeline, no process survives, and a last launch (REPLICAS_LAST)
+    back, metrics.csv stays one timeline, no process survives, and a last launch (LAST)
     solves the task."""
     rng = random.Random(0)
     plan = rng.sample(PLAN, len(PLAN)) + ["SIGTERM"]
@@ -238,7 +247,7 @@ def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
         for cycle, action in enumerate([*plan, "solve"]):
             if job is None:
                 final = action == "solve"
-                job = Job(run_dir, overrides + (REPLICAS_LAST if final else []), max_restarts=0 if final else len(plan))
+                job = Job(run_dir, overrides + (LAST if final else []), max_restarts=0 if final else len(plan))
             launch = job.next_line(LAUNCH)  # a launch: the job's first, or a restart of its workers
             resumed_at = int(launch.group(1).replace(",", "")) if launch.group(1) else 0
             # torchrun restarts the workers once all have exited: the launch before is gone whole.

@@ -183,3 +183,70 @@ def test_readme_stays_a_three_minute_read():
         text = f.read()
     assert len(text.splitlines()) <= 200 and len(text) <= 16_000
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "a dated sentence belongs in a note"
+
+
+def _checkpoint_holds_the_replay() -> bool:
+    """A learner's replay state: every stored row and, prioritized, the trees (what a checkpoint
+    writes when runtime.checkpoint_replay is on, its default)."""
+    import torch
+
+    from pql.config.schema import RuntimeConfig
+    from pql.replay.buffer import ReplayBuffer
+    from pql.replay.prioritized import PrioritizedSampler
+
+    replay = ReplayBuffer(8, {"obs": ((3,), torch.float32)}, "cpu", PrioritizedSampler(8, impl="torch"))
+    replay.add({"obs": torch.ones(5, 3)})
+    _, bulk = replay.state()
+    return RuntimeConfig().checkpoint_replay and bulk["storage.obs"].shape == (5, 3) and "sampler.sum_tree" in bulk
+
+
+def _checkpoint_holds_the_envs() -> bool:
+    from pql.config import TaskConfig
+    from pql.envs import build_env
+
+    env = build_env(TaskConfig(name="InvertedPendulum"), 2, "cpu", 0)
+    env.reset()
+    return bool(env.state_dict())
+
+
+# What the reference pages say about the code, each beside a cheap check of the code that makes it
+# true and the wording that would say the opposite. The dated notes and the CHANGELOG tell the
+# past and are not read. (The README said a resume "refills its replay" and architecture.md that
+# no replay is checkpointed for a week after checkpoints came to hold both.)
+CLAIMS = [
+    (
+        "a checkpoint holds the replay and its priorities",
+        _checkpoint_holds_the_replay,
+        r"not the\s+replay|refills its\s+replay|(storage|priorities|replay) (is|are) not\s+checkpointed"
+        r"|[Nn]either the storage nor the priorities",
+    ),
+    (
+        "a checkpoint holds the envs' state",
+        _checkpoint_holds_the_envs,
+        r"envs? (restart|start new episodes) on a resume",
+    ),
+]
+
+
+def reference_pages() -> list[str]:
+    notes, changelog = os.path.join(ROOT, "docs", "notes"), os.path.join(ROOT, "CHANGELOG.md")
+    return [p for p in markdown_files() if not p.startswith(notes) and p != changelog]
+
+
+@pytest.mark.parametrize("claim,holds,contradiction", CLAIMS, ids=[c[0] for c in CLAIMS])
+def test_no_reference_page_contradicts_what_the_code_does(claim, holds, contradiction):
+    assert holds(), f"the code no longer does this: {claim}; fix CLAIMS and the pages that say it"
+    said = {
+        os.path.relpath(path, ROOT): found
+        for path in reference_pages()
+        if (found := re.findall(f"(?:{contradiction})", " ".join(line.strip() for line in prose_lines(path))))
+    }
+    assert said == {}, f"these pages say the opposite of: {claim}: {said}"
+
+
+def test_the_claim_check_sees_a_contradiction(tmp_path, monkeypatch):
+    page = tmp_path / "page.md"
+    page.write_text("Resume restores the networks, but not the\nreplay.\n")
+    monkeypatch.setattr(sys.modules[__name__], "reference_pages", lambda: [str(page)])
+    with pytest.raises(AssertionError, match="say the opposite"):
+        test_no_reference_page_contradicts_what_the_code_does(*CLAIMS[0])

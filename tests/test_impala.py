@@ -101,11 +101,10 @@ def test_update_moves_both_networks_and_reports_scalars():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["sequential", "process"])
-def test_impala_solves_inverted_pendulum(make_config, mode):
+def test_impala_solves_inverted_pendulum(make_config):
+    """Sequential: the learner learns from each trajectory right after it is made. IMPALA's actor
+    process is trained through in tests/test_runtime.py (resume) and tests/test_distributed.py."""
     from test_learning import solve_pendulum
 
-    final = solve_pendulum(make_config, ["algo=impala", f"runtime.mode={mode}"])
-    assert "policy/version_lag" in final
-    if mode == "sequential":  # the learner learns from each trajectory right after it is made
-        assert final["policy/version_lag"] == 0
+    final = solve_pendulum(make_config, ["algo=impala", "runtime.mode=sequential"])
+    assert final["policy/version_lag"] == 0

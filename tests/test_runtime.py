@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from conftest import alive, assert_stopped_at_an_agreed_step, running, settings_of, started_roles
+from conftest import alive, assert_stopped_at_an_agreed_step, compose_config, running, settings_of, started_roles
 
 from pql import __version__
 from pql.checkpoint import load_checkpoint, save_checkpoint
@@ -48,6 +49,31 @@ SMALL = [
     "task.eval_envs=2",
     "algo.warmup_steps=4",
 ]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """finished_run(*overrides) -> the directory of a run of SMALL + overrides trained to its end:
+    trained once in this module for each set of overrides, so the tests whose assertions start
+    from the same finished run share it. A test that writes into it takes `copy_of` it."""
+    runs = {}
+
+    def run(*overrides: str):
+        if overrides not in runs:
+            run_dir = tmp_path_factory.mktemp("finished")
+            train(compose_config(SMALL + list(overrides), run_dir))
+            runs[overrides] = run_dir
+        return runs[overrides]
+
+    return run
+
+
+def copy_of(run_dir, to):
+    """A copy of a finished run's directory (the checkpoint and its replay files) at `to`."""
+    return shutil.copytree(run_dir, to)
+
+
+SHORT_RUN = ("runtime.mode=sequential", "runtime.max_env_steps=200")  # a run to start from
 
 
 def endless_run(run_dir, *overrides: str, mode: str = "process") -> list[str]:
@@ -297,14 +323,12 @@ def tensors(state, prefix=""):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sequential", "process"])
-def test_resume_continues_counters_and_training(make_config, tmp_path, mode):
-    first = make_config(SMALL + [f"runtime.mode={mode}", "runtime.max_env_steps=600"], run_dir=tmp_path / "first")
-    train(first)
-    saved = load_checkpoint(tmp_path / "first" / "checkpoint.pt")
+def test_resume_continues_counters_and_training(make_config, finished_run, tmp_path, mode):
+    first = finished_run(f"runtime.mode={mode}", "runtime.max_env_steps=600")
+    saved = load_checkpoint(first / "checkpoint.pt")
     assert saved["counters"]["env_steps"] >= 600
     second = make_config(
-        SMALL
-        + [f"runtime.mode={mode}", "runtime.max_env_steps=1200", f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}"],
+        SMALL + [f"runtime.mode={mode}", "runtime.max_env_steps=1200", f"checkpoint={first / 'checkpoint.pt'}"],
         run_dir=tmp_path / "second",
     )
     train(second)
@@ -329,25 +353,28 @@ RESUMABLE = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo,mode", RESUMABLE)
-def test_resume_restores_every_saved_tensor_and_counter(make_config, tmp_path, algo, mode):
+def test_resume_restores_every_saved_tensor_and_counter(make_config, finished_run, tmp_path, algo, mode):
     """A resume with no env steps left to make writes back exactly what it loaded: weights, target
     networks, optimiser states, normaliser, generators and counters. (A resume that loaded nothing,
     or only part, writes freshly initialised tensors instead.)"""
     small = (
         SMALL if algo not in ("ppo", "impala") else [o for o in SMALL if "batch_size" not in o and "warmup" not in o]
     )
-    first = make_config(
-        small + [f"algo={algo}", f"runtime.mode={mode}", "runtime.max_env_steps=600"], run_dir=tmp_path / "first"
-    )
-    train(first)
-    saved = load_checkpoint(tmp_path / "first" / "checkpoint.pt")
+    # pql's first runs are test_resume_continues_counters_and_training's.
+    first_run = [f"runtime.mode={mode}", "runtime.max_env_steps=600"]
+    if algo == "pql":
+        first = finished_run(*first_run)
+    else:
+        first = tmp_path / "first"
+        train(make_config(small + [f"algo={algo}", *first_run], run_dir=first))
+    saved = load_checkpoint(first / "checkpoint.pt")
     again = make_config(
         small
         + [
             f"algo={algo}",
             f"runtime.mode={mode}",
             f"runtime.max_env_steps={saved['counters']['env_steps']}",
-            f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}",
+            f"checkpoint={first / 'checkpoint.pt'}",
         ],
         run_dir=tmp_path / "again",
     )
@@ -364,9 +391,8 @@ def test_resume_restores_every_saved_tensor_and_counter(make_config, tmp_path, a
 
 @pytest.mark.slow
 @pytest.mark.parametrize("key,value", [("algo", "sac"), ("task", "Hopper")])
-def test_resume_with_another_algo_or_task_is_a_config_error(make_config, tmp_path, key, value):
-    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=100"], run_dir=tmp_path / "run"))
-    ckpt = tmp_path / "run" / "checkpoint.pt"
+def test_resume_with_another_algo_or_task_is_a_config_error(make_config, finished_run, tmp_path, key, value):
+    ckpt = finished_run(*SHORT_RUN) / "checkpoint.pt"
     with pytest.raises(
         ConfigError, match=f"{key}='{value}' is not allowed; expected .*written by algo=pql task=InvertedPendulum"
     ):
@@ -386,15 +412,12 @@ def test_resume_with_another_algo_or_task_is_a_config_error(make_config, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("average", [0.0, 0.05])
-def test_the_run_delivers_the_average_of_its_policy(make_config, average):
+def test_the_run_delivers_the_average_of_its_policy(finished_run, average):
     """algo.policy_average: the checkpoint's policy, what an evaluation and a user load, is the
     P-learner's Polyak average (kept in its state for a resume); with 0 it is the latest policy
     and no average is kept."""
-    cfg = make_config(
-        SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600", f"algo.policy_average={average}"]
-    )
-    train(cfg)
-    state = load_checkpoint(os.path.join(cfg.run_dir, "checkpoint.pt"))
+    run_dir = finished_run("runtime.mode=sequential", "runtime.max_env_steps=1600", f"algo.policy_average={average}")
+    state = load_checkpoint(run_dir / "checkpoint.pt")
     learner = state["roles"]["p_learner"]
     latest_is_delivered = [torch.equal(v, learner["policy"][k]) for k, v in state["policy"].items()]
     if average:
@@ -405,20 +428,16 @@ def test_the_run_delivers_the_average_of_its_policy(make_config, average):
 
 
 @pytest.mark.slow
-def test_a_checkpoint_without_an_average_resumes_with_one(make_config, tmp_path):
+def test_a_checkpoint_without_an_average_resumes_with_one(make_config, finished_run, tmp_path):
     """A run saved with algo.policy_average=0 resumes with an average, which starts from its policy."""
-    first = make_config(
-        SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=600", "algo.policy_average=0"],
-        run_dir=tmp_path / "first",
-    )
-    train(first)
+    first = finished_run("runtime.mode=sequential", "runtime.max_env_steps=1600", "algo.policy_average=0.0")
     again = make_config(
         SMALL
         + [
             "runtime.mode=sequential",
-            "runtime.max_env_steps=1200",
+            "runtime.max_env_steps=2000",
             "algo.policy_average=0.05",
-            f"checkpoint={tmp_path / 'first' / 'checkpoint.pt'}",
+            f"checkpoint={first / 'checkpoint.pt'}",
         ],
         run_dir=tmp_path / "again",
     )
@@ -680,10 +699,13 @@ def test_sigterm_stops_at_an_agreed_step_and_checkpoint_auto_resumes(tmp_path, m
 def test_a_second_signal_stops_at_once_without_a_checkpoint(tmp_path):
     """A second signal while the run finishes stops it at once: no checkpoint (the previous one,
     here none, stays), every role stopped. The learners run up to 64 actor steps behind the actor
-    (runtime.max_lag), so the agreed stop, which waits for them to catch up, takes longer than
-    the test's second signal does to come."""
+    (runtime.max_lag), and at 64 critic updates an actor step the agreed stop, which waits for them
+    to catch up (4,096 updates), takes longer than the test's second signal does to come (at 16 a
+    step, a loaded CI machine once caught up and wrote the checkpoint first)."""
     returncode, out, err, pids, stopped_in = signalled_run(
-        endless_run(tmp_path, "runtime.checkpoint_every=1000000000", "runtime.max_lag=64"), signal.SIGTERM, again=True
+        endless_run(tmp_path, "runtime.checkpoint_every=1000000000", "runtime.max_lag=64", "algo.beta_av=64"),
+        signal.SIGTERM,
+        again=True,
     )
     assert returncode == 143 and "pql: terminated (SIGTERM)" in err, err
     assert "Traceback" not in err and "leaked" not in err, err
@@ -713,14 +735,13 @@ def test_a_stop_signal_while_the_roles_start_kills_none_of_them(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_full_disk_keeps_the_previous_checkpoint(make_config, tmp_path):
+def test_a_full_disk_keeps_the_previous_checkpoint(finished_run, tmp_path):
     """Checkpoints the file system refuses (here a file-size limit, EFBIG, as a full disk's
     ENOSPC would): each periodic one is a warning and training goes on; the final one fails the
     run with one line; the checkpoint already there stays as it was."""
     import resource
 
-    run_dir = tmp_path / "run"
-    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=run_dir))
+    run_dir = copy_of(finished_run(*SHORT_RUN), tmp_path / "run")
     path = run_dir / "checkpoint.pt"
     before = path.read_bytes()
     limit = len(before) // 2  # no checkpoint of these networks fits; the logs (a few kB) do
@@ -771,9 +792,8 @@ def test_a_diverging_run_stops_naming_role_quantity_and_update(tmp_path, mode):
 
 
 @pytest.mark.slow
-def test_a_loss_past_its_bound_keeps_the_last_good_checkpoint(make_config, tmp_path):
-    run_dir = tmp_path / "run"
-    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=run_dir))
+def test_a_loss_past_its_bound_keeps_the_last_good_checkpoint(finished_run, tmp_path):
+    run_dir = copy_of(finished_run(*SHORT_RUN), tmp_path / "run")
     path = run_dir / "checkpoint.pt"
     cmd = endless_run(run_dir, "runtime.max_critic_loss=1e-12", "runtime.checkpoint_every=8", f"checkpoint={path}")
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
@@ -787,12 +807,11 @@ def test_a_loss_past_its_bound_keeps_the_last_good_checkpoint(make_config, tmp_p
 
 
 @pytest.mark.slow
-def test_raising_role_reports_its_traceback(make_config, tmp_path):
+def test_raising_role_reports_its_traceback(finished_run, tmp_path):
     """A role that raises (here: the V-learner loading a checkpoint whose copy of its critic alone
     was given a layer of another size) ends the run with that role's traceback, exit code 1 and no
     surviving child."""
-    train(make_config(SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=200"], run_dir=tmp_path / "run"))
-    path = tmp_path / "run" / "checkpoint.pt"
+    path = copy_of(finished_run(*SHORT_RUN), tmp_path / "run") / "checkpoint.pt"
     state = load_checkpoint(path)
     critic = state["roles"]["v_learner"]["critic"]
     first = next(iter(critic))
