@@ -115,9 +115,9 @@ BALANCED = {"InvertedPendulum": 950.0, "InvertedDoublePendulum": 9_300.0}
 BASELINE_ENVS = 10  # task.eval_envs' default: B is scored over the run's own evaluation starts
 SINGLE_SEED_SPREAD = 0.1  # sd where README has one seed, as a share of |V - B|
 
-# tests/test_learning.py's overrides, copied so that the test file may change without moving the
-# benchmark. runtime.eval_max_share=1: an evaluation every eval_every env steps however long it
-# takes, so that a run stops at the first one that solves it.
+# The learning tests' overrides (tests/test_learning.py imports them). runtime.eval_max_share=1:
+# an evaluation every eval_every env steps however long it takes, so that a run stops at the first
+# one that solves it.
 PENDULUM = (
     "task=InvertedPendulum",
     "task.num_envs=16",

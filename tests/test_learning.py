@@ -5,25 +5,8 @@ README's 15-minute results) are `python bench/learning.py`, run by hand, never i
 
 import pytest
 
+from bench.learning import OFF_POLICY, PENDULUM, STEP_BUDGET  # one copy, shared with the benchmark
 from pql.runtime import train
-
-# runtime.eval_max_share=1: an evaluation every eval_every env steps, however long it takes, so
-# that a run stops at the first that solves it (the default spacing by time would let it go on).
-PENDULUM = [
-    "task=InvertedPendulum",
-    "task.num_envs=16",
-    "runtime.max_env_steps=2000000",
-    "runtime.max_time_s=170",
-    "runtime.eval_every=2000",
-    "runtime.eval_max_share=1",
-    "runtime.stop_at_return=900",
-    "runtime.log_every_s=15",
-    "runtime.checkpoint_every=1000000000",
-    "algo.net.actor_hidden=[64,64]",
-    "algo.net.critic_hidden=[64,64]",
-]
-OFF_POLICY = ["algo.batch_size=256", "algo.beta_av=8"]  # the on-policy algorithms have neither
-
 
 # A budget of env steps rather than wall time where the run is sequential: a seed then learns the
 # same curve however fast the machine, as the InvertedDoublePendulum test below found, and one
@@ -31,15 +14,14 @@ OFF_POLICY = ["algo.batch_size=256", "algo.beta_av=8"]  # the on-policy algorith
 # 2-core VM first scored >= 900 at 8k, 8k, 8k env steps (pql), 8k, 10k, 10k (pql_d), 12k, 8k, 10k
 # (proportional priorities), 10k, 18k, 8k (rank-based) and 88k, 31k, 111k (SAC, whose seed 0 took
 # 161 s there: CI's 170-s wall budget failed it on a slower day).
-STEP_BUDGET = ["runtime.mode=sequential", "runtime.torch_threads=1", "runtime.max_time_s=900"]
 
 
 def solve_pendulum(make_config, overrides, max_env_steps=None):
     """Train until an evaluation reaches 900 (of 1000): within max_env_steps in sequential mode,
     else within 170 s; -> the final scalars."""
     algo = next((o.split("=", 1)[1] for o in overrides if o.startswith("algo=")), "pql")
-    budget = [] if max_env_steps is None else STEP_BUDGET + [f"runtime.max_env_steps={max_env_steps}"]
-    cfg = make_config(PENDULUM + (OFF_POLICY if algo in ("pql", "pql_d", "sac") else []) + budget + overrides)
+    budget = [] if max_env_steps is None else [*STEP_BUDGET, f"runtime.max_env_steps={max_env_steps}"]
+    cfg = make_config([*PENDULUM, *(OFF_POLICY if algo in ("pql", "pql_d", "sac") else ()), *budget, *overrides])
     final = train(cfg)
     assert final["eval/return"] >= 900, final
     return final
