@@ -5,18 +5,27 @@ from __future__ import annotations
 import math
 import re
 import textwrap
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-# Figure without pyplot renders with Agg and touches no global backend state, so drawing works
-# on a headless machine and inside a process that uses another backend.
-from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 LEGEND_CHARS = 170  # characters of a "small" legend that fit across plot_curves' figure
 SE = " s.e."  # metrics[key + SE]: the standard error of a curve that is a mean over runs, drawn as a band
 MEAN_OF_SEEDS = " (mean of {} seeds)"  # the end of a label whose curve is a mean over seeds
 _MEAN_OF_SEEDS = re.compile(re.escape(MEAN_OF_SEEDS).replace(r"\{\}", r"\d+") + "$")
+
+
+def _figure(**kwargs) -> Figure:
+    """A Figure without pyplot: it renders with Agg and touches no global backend state, so
+    drawing works on a headless machine and inside a process that uses another backend.
+    matplotlib loads on first use (about a second): role processes, which import this module
+    with the run's logging, never draw."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
 
 
 def plot_curves(
@@ -29,7 +38,7 @@ def plot_curves(
     None draws no legend entry.
     """
     unit, scale = _time_unit(curves)
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    fig = _figure(figsize=(11, 4.2), layout="constrained")
     ax_steps, ax_time = fig.subplots(1, 2, sharey=True)
     _draw(ax_steps, curves, key, "env_steps")
     _draw(ax_time, curves, key, "wall_time_s", scale)
@@ -62,7 +71,7 @@ def plot_task_panels(
     rows = math.ceil(len(panels) / cols)
     # Each panel's legend sits below it, one line per labelled run.
     legend_lines = max(sum(label is not None for label, _ in curves) for _, curves in panels)
-    fig = Figure(figsize=(3.6 * cols, (2.9 + 0.17 * legend_lines) * rows), layout="constrained")
+    fig = _figure(figsize=(3.6 * cols, (2.9 + 0.17 * legend_lines) * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     if x_key == "wall_time_s":
         unit, scale = _time_unit([c for _, curves in panels for c in curves])
@@ -79,6 +88,8 @@ def plot_task_panels(
         _draw(ax, curves, key, x_key, scale, colors)
         ax.set_title(task, fontsize="medium")
         if x_key == "env_steps":
+            from matplotlib.ticker import EngFormatter
+
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k: narrow panels have no room for 200000
         if any(label is not None for label, _ in curves):
             # Below the panel: inside it, a legend of several runs hid the curves it names.

@@ -12,7 +12,6 @@ import os
 import time
 
 import numpy as np
-from torch.utils.tensorboard import SummaryWriter
 
 from .console import Progress
 from .curves import plot_curves
@@ -61,6 +60,8 @@ class RunLogger:
                 "where this run starts (after the checkpoint it resumes from)",
                 flush=True,
             )
+        from torch.utils.tensorboard import SummaryWriter  # on use: role processes import this module, never write
+
         self._tb = SummaryWriter(log_dir=self.run_dir, flush_secs=10, purge_step=start_env_steps + 1)
         self._tb.add_text("config", "```\n" + config_text + "\n```")  # TensorBoard renders markdown
         self._progress = Progress(total_env_steps, progress_every_s, max_time_s)
