@@ -47,6 +47,8 @@ setup(
         "mujoco>=3.13",
         "mujoco-warp>=3.17",
         "warp-lang>=1.15",
+        # task=gym:<EnvId> (tasks/gym_env.py): vector envs with same-step autoreset, new in 1.1.
+        "gymnasium>=1.1",
         "hydra-core>=1.3",
         "omegaconf>=2.3",
         "tensorboard>=2.14",
@@ -54,11 +56,14 @@ setup(
     ],
     extras_require={
         # ruff and mypy pinned: a new release's new rules must not fail a commit that passed.
-        # gymnasium-robotics: the Shadow hand's model that tests/test_tasks_hand.py compares with.
+        # gymnasium-robotics: the Shadow hand's model that tests/test_tasks_hand.py compares with,
+        # and the goal envs with Dict observations of tests/test_tasks_gym.py. rsl-rl-lib: the
+        # VecEnv base class that examples/rsl_rl_task.py subclasses (tests/test_own_env.py).
         "test": [
             "pytest",
-            "gymnasium[mujoco]>=1.0",
+            "gymnasium[mujoco]>=1.1",
             "gymnasium-robotics==1.4.2",
+            "rsl-rl-lib==5.5.1",
             "scipy",
             "wandb",
             "ruff==0.17.6",

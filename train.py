@@ -3,11 +3,13 @@ docs/configuration.md for every key)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 from pql.cli import import_isaacgym_first, usage
 
+HYDRA_OUTPUT = ".hydra"  # hydra.output_subdir
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cfg")
 
 # pql's --help replaces Hydra's generic one, and answers before torch is imported.
@@ -43,9 +45,26 @@ def run(raw: dict) -> dict:
     143 after SIGTERM (on every replica, once rank 0 has written the checkpoint; a second signal
     stops at once, without one)."""
     replicas = Replicas.from_env()
-    log = os.path.join(str(raw.get("run_dir", ".")), TRAIN_LOG) if replicas.lead else None
-    with console_log(log):
-        return _run(raw, replicas)
+    run_dir = str(raw.get("run_dir", "."))
+    log = os.path.join(run_dir, TRAIN_LOG) if replicas.lead else None
+    try:
+        with console_log(log):
+            return _run(raw, replicas)
+    except SystemExit as e:
+        if e.code == 2 and replicas.lead:  # refused before it started: no run to keep
+            discard_unstarted_run(run_dir)
+        raise
+
+
+def discard_unstarted_run(run_dir: str) -> None:
+    """Remove run_dir if it holds only what Hydra and the console copy write as a job starts
+    (.hydra/ and train.log): a task or config refused once Hydra made the directory (an env that
+    fails its checks) leaves nothing behind, as one refused before it does."""
+    import shutil
+
+    with contextlib.suppress(OSError):
+        if set(os.listdir(run_dir)) <= {HYDRA_OUTPUT, TRAIN_LOG}:
+            shutil.rmtree(run_dir)
 
 
 def _run(raw: dict, replicas: Replicas) -> dict:
@@ -77,16 +96,16 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    from pql.cli import expand_isaacgym_task, mps_plan, preflight, quiet_replica
+    from pql.cli import expand_task_forms, mps_plan, preflight, quiet_replica
     from pql.runtime import mps
 
     try:
-        sys.argv[1:] = quiet_replica(expand_isaacgym_task(sys.argv[1:]))  # Hydra reads sys.argv
+        sys.argv[1:] = quiet_replica(expand_task_forms(sys.argv[1:]))  # Hydra reads sys.argv
         jobs = preflight(sys.argv[1:], CONFIG_DIR)  # before Hydra creates the run directory
         mode, why_not = mps_plan(jobs, Replicas.from_env().world) if jobs else ("off", None)
         # Before anything initialises CUDA here: this process must be a client of the daemon too.
         with mps.sharing_gpu(mode, why_not):
             main()
-    except (ConfigError, CheckpointError, mps.MpsError) as e:
+    except (ConfigError, CheckpointError, TaskError, mps.MpsError) as e:
         print(f"pql: {e}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -3,7 +3,8 @@ next to Gymnasium's own synchronous vector env and MuJoCo's raw multi-threaded p
 
     python bench/env_throughput.py [--task Ant] [--sizes 64 1024 4096] [--seconds 5]
                                    [--backends mujoco mjwarp] [--devices cpu cuda]
-                                   [--gym-sizes 64 1024] [--rollout-sizes N ...] [--csv PATH]
+                                   [--gym-sizes 64 1024] [--adapter-sizes 8 64]
+                                   [--rollout-sizes N ...] [--csv PATH]
                                    [--profile] [--profile-csv PATH]
 
 Every row steps `N` envs with uniform random actions in the action box for about `seconds`
@@ -14,7 +15,10 @@ rows are not: "gymnasium sync" is `gymnasium.vector.SyncVectorEnv` of `<Task>-v5
 per env, stepped in a Python loop; left out for ShadowHandCube, which has no Gymnasium env), and
 "mujoco rollout (physics only)" is `mujoco.rollout` with one thread per core stepping the same
 model and frame skip with no task logic at all: what the physics alone costs on this machine.
-`--gym-sizes` and `--rollout-sizes` with no value leave those rows out.
+"pql gym:<Task>-v5 async|sync" is the generic path a user's own Gymnasium env takes
+(`task=gym:<Task>-v5`, tasks/gym_env.py: Gymnasium's vector env, a subprocess per copy or one
+loop, behind pql's protocol). `--gym-sizes`, `--adapter-sizes` and `--rollout-sizes` with no
+value leave those rows out.
 
 A row that raises (out of memory at the largest size, say) prints its error and the bench goes
 on with the next row; the exit code is then 1. --csv writes each row as it is measured
@@ -203,6 +207,16 @@ def gymnasium_rate(task: str, num_envs: int, seconds: float) -> float:
     return num_envs * calls / elapsed
 
 
+def gym_adapter_rate(task: str, num_envs: int, vectorization: str, seconds: float) -> float:
+    """Env steps/s of `task=gym:<Task>-v5`: Gymnasium's env behind pql's protocol (tasks/gym_env.py),
+    what a user's own Gymnasium env costs next to pql's batched one."""
+    env = tasks.make(f"gym:{task}-v5", num_envs=num_envs, device="cpu", seed=0, vectorization=vectorization)
+    env.reset()
+    calls, elapsed = timed_steps(random_steps(env), seconds, synchronizer(env.device))
+    env.close()
+    return num_envs * calls / elapsed
+
+
 def rollout_rate(task: str, num_envs: int, seconds: float) -> float:
     """MuJoCo's physics alone: mujoco.rollout over num_envs worlds, one thread per core."""
     import mujoco
@@ -243,6 +257,13 @@ def main() -> None:
         nargs="*",
         default=[64, 1024],
         help="sizes for Gymnasium's SyncVectorEnv (it holds one Python env per copy)",
+    )
+    parser.add_argument(
+        "--adapter-sizes",
+        type=int,
+        nargs="*",
+        default=[8, 64],
+        help="sizes for task=gym:<Task>-v5, pql's Gymnasium adapter, async and sync",
     )
     parser.add_argument(
         "--rollout-sizes",
@@ -322,6 +343,14 @@ def main() -> None:
     gym_sizes = args.gym_sizes if args.task in GYMNASIUM_TASKS else []  # no <Task>-v5 to compare with
     for n in gym_sizes:
         add("gymnasium sync", "cpu", n, lambda: (gymnasium_rate(args.task, n, args.seconds), None))
+    for vectorization in ("async", "sync"):
+        for n in args.adapter_sizes if args.task in GYMNASIUM_TASKS else []:
+            add(
+                f"pql gym:{args.task}-v5 {vectorization}",
+                "cpu",
+                n,
+                lambda: (gym_adapter_rate(args.task, n, vectorization, args.seconds), None),
+            )
     for n in rollout_sizes:
         add("mujoco rollout (physics only)", "cpu", n, lambda: (rollout_rate(args.task, n, args.seconds), None))
     csv_rows.close()

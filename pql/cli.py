@@ -5,9 +5,12 @@ code 1, and it creates the run directory before the job sees its settings; pql p
 naming the key, the value and what is allowed, exit code 2, and nothing written, for every bad
 config. So `preflight` composes and validates every job here first. `usage` is pql's --help.
 
-`task=isaacgym/<Task>` is not a file under cfg/task/: `expand_isaacgym_task` turns it into the
-`isaacgym` group option plus `task.name`, and `import_isaacgym_first` loads Isaac Gym before
-anything imports torch. This module imports neither torch nor hydra at import time.
+`task=isaacgym/<Task>`, `task=gym:<EnvId>` and `task=<module>:<factory>` are not files under
+cfg/task/: `expand_task_forms` turns each into its group option plus `task.name`, and
+`import_isaacgym_first` loads Isaac Gym before anything imports torch. `preflight` also checks
+what can be checked of such a task without making its envs (the id is registered, the factory
+imports), so that an env refused leaves no run directory. This module imports neither torch nor
+hydra at import time.
 """
 
 from __future__ import annotations
@@ -23,30 +26,55 @@ from pql.config import CHECKPOINT_AUTO, ROLE_DEVICE_KEYS, Config, ConfigError
 
 ISAACGYM_OPTION = "isaacgym"  # cfg/task/isaacgym.yaml
 ISAACGYM_PREFIX = ISAACGYM_OPTION + "/"  # as in tasks.make("isaacgym/Ant", ...)
+GYM_OPTION = "gym"  # cfg/task/gym.yaml
+GYM_PREFIX = GYM_OPTION + ":"  # as in tasks.make("gym:Pendulum-v1", ...)
+FACTORY_OPTION = "factory"  # cfg/task/factory.yaml: <module>:<factory>
+KWARGS_KEY = "task.kwargs."
+# What each of those options stands for in a message or --help.
+FORM_OF_OPTION = {ISAACGYM_OPTION: "isaacgym/<Task>", GYM_OPTION: "gym:<EnvId>", FACTORY_OPTION: "<module>:<factory>"}
 
 
-def expand_isaacgym_task(argv: list[str]) -> list[str]:
-    """argv with `task=isaacgym/<Task>` (or a sweep `task=isaacgym/A,isaacgym/B`) written as
-    `task=isaacgym task.name=isaacgym/<Task>`, the group option Hydra can compose; other
-    arguments unchanged. Raises ConfigError for a sweep that mixes Isaac Gym and other tasks."""
+def _task_option(choice: str) -> str | None:
+    """The cfg/task/ option that a task choice not under cfg/task/ composes with, or None for a file's name."""
+    if choice.startswith(ISAACGYM_PREFIX):
+        return ISAACGYM_OPTION
+    if choice.startswith(GYM_PREFIX):
+        return GYM_OPTION
+    return FACTORY_OPTION if ":" in choice else None
+
+
+def expand_task_forms(argv: list[str]) -> list[str]:
+    """argv as Hydra can compose it: `task=isaacgym/<Task>`, `task=gym:<EnvId>` and
+    `task=<module>:<factory>` (or a sweep of one form, `task=gym:A,gym:B`) written as the group
+    option plus task.name (`task=gym task.name=gym:<EnvId>`), and `task.kwargs.<name>=<value>`,
+    a key the config does not have until it is given, as Hydra's add-or-override
+    `++task.kwargs.<name>=<value>`; other arguments unchanged. Raises ConfigError for a sweep
+    that mixes forms."""
     out = []
     for arg in argv:
-        if not arg.startswith("task=") or ISAACGYM_PREFIX not in arg:
+        if arg.startswith(KWARGS_KEY):
+            out.append("++" + arg)
+            continue
+        if not arg.startswith("task="):
             out.append(arg)
             continue
         choices = arg[len("task=") :].split(",")
-        if not all(c.startswith(ISAACGYM_PREFIX) for c in choices):
+        options = {_task_option(c) for c in choices}
+        if options == {None}:
+            out.append(arg)
+            continue
+        if len(options) > 1:
             raise ConfigError(
                 "task",
                 arg[len("task=") :],
-                f"either {ISAACGYM_PREFIX}<Task> choices or other tasks in one sweep, not both",
+                "choices of one form in one sweep (pql's tasks, gym:, <module>: or isaacgym/)",
             )
-        out += [f"task={ISAACGYM_OPTION}", f"task.name={','.join(choices)}"]
+        out += [f"task={options.pop()}", f"task.name={','.join(choices)}"]
     return out
 
 
 def wants_isaacgym(argv: list[str]) -> bool:
-    """Whether argv picks an Isaac Gym task, as typed or as expand_isaacgym_task wrote it."""
+    """Whether argv picks an Isaac Gym task, as typed or as expand_task_forms wrote it."""
     return any(arg.startswith((f"task={ISAACGYM_OPTION}", f"task.name={ISAACGYM_PREFIX}")) for arg in argv)
 
 
@@ -192,8 +220,9 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
     as each starts), and whether the run (or sweep) directory can be created.
 
     Keys are checked against each job's own composition: an algorithm's keys are its own
-    (`-m algo=pql,sac algo.exploration=ape_x` fails for sac). Raises ConfigError, or
-    CheckpointError for a checkpoint that cannot be read. -> every job's Config, devices resolved
+    (`-m algo=pql,sac algo.exploration=ape_x` fails for sac). Raises ConfigError,
+    CheckpointError for a checkpoint that cannot be read, or TaskError for a task refused
+    before its envs are made (tasks.precheck). -> every job's Config, devices resolved
     ([] when Hydra only prints or reruns). CUDA is not initialised here (pql/runtime/mps.py)."""
     from hydra._internal.utils import get_args_parser  # Hydra's own command line: argv read as Hydra reads it
     from hydra.core.utils import setup_globals
@@ -204,6 +233,7 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
     from pql.runtime.distributed import Replicas
     from pql.runtime.run import load_resume
     from pql.runtime.settings import resume_settings
+    from tasks import precheck
 
     args = get_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.experimental_rerun:
@@ -218,12 +248,12 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
         for key, _ in _overrides(args.overrides)
         if (options := _group_options(key, config_dir)) is not None
     }  # group key -> its options
-    cfgs = []
+    cfgs, prechecked = [], set()
     for job in jobs:
         for key, value in _overrides(job):
             options = groups.get(key)
             if options is not None and value not in options:
-                shown = [ISAACGYM_PREFIX + "<Task>" if (key, o) == ("task", ISAACGYM_OPTION) else o for o in options]
+                shown = [FORM_OF_OPTION.get(o, o) if key == "task" else o for o in options]
                 raise ConfigError(key, value, f"one of {', '.join(shown)}")
         try:
             composed = _compose(config_dir, config_name, job)
@@ -244,6 +274,10 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
         ).config
         if not (args.multirun and cfg.checkpoint == CHECKPOINT_AUTO):
             load_resume(resume_settings(cfg), replicas.world)
+        task = (cfg.task.name, repr(cfg.task.kwargs), cfg.task.import_module)
+        if task not in prechecked:  # a sweep's jobs mostly share their task
+            precheck(cfg.task.name, cfg.task.kwargs, cfg.task.import_module)
+            prechecked.add(task)
         cfgs.append(cfg)
         if job is jobs[0]:
             key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
@@ -253,7 +287,8 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
 
 # The overrides people use most, for `python train.py --help`: (override, what it does).
 COMMON_OVERRIDES = (
-    ("task=Humanoid", "the task (a file in cfg/task/, or isaacgym/<Task>)"),
+    ("task=Humanoid", "the task (a file in cfg/task/; your own env: docs/own_env.md)"),
+    ("task=gym:Pendulum-v1", "a Gymnasium id (task.kwargs.<name>=<value>: its keyword arguments)"),
     ("algo=sac", "the algorithm"),
     ("runtime.device=cpu", "auto (CUDA if there is one), cpu, cuda or cuda:<index>"),
     ("task.num_envs=8192", "training envs (by default sized for the device)"),
@@ -276,7 +311,7 @@ def usage(config_dir: str) -> str:
     from pql import __version__
     from pql.config import ALGORITHMS
 
-    tasks = sorted(_yaml_options(os.path.join(config_dir, "task")) - {ISAACGYM_OPTION})
+    tasks = sorted(_yaml_options(os.path.join(config_dir, "task")) - FORM_OF_OPTION.keys())
     width = max(len(override) for override, _ in COMMON_OVERRIDES)
     return "\n".join(
         [
@@ -290,7 +325,10 @@ def usage(config_dir: str) -> str:
             *(f"  {override:<{width}}  {what}" for override, what in COMMON_OVERRIDES),
             "",
             textwrap.fill(
-                ", ".join([*tasks, "isaacgym/<Task>"]), 100, initial_indent="tasks:      ", subsequent_indent=" " * 12
+                ", ".join([*tasks, *FORM_OF_OPTION.values()]),
+                100,
+                initial_indent="tasks:      ",
+                subsequent_indent=" " * 12,
             ),
             f"algorithms: {', '.join(ALGORITHMS)}",
             "",

@@ -9,7 +9,16 @@ def build_env(task_cfg, num_envs: int, device, seed: int):
     """A batched env from tasks/ for this config (task_cfg: TaskConfig)."""
     import tasks
 
-    return tasks.make(task_cfg.name, num_envs=num_envs, device=device, seed=seed, backend=task_cfg.backend)
+    return tasks.make(
+        task_cfg.name,
+        num_envs=num_envs,
+        device=device,
+        seed=seed,
+        backend=task_cfg.backend,
+        kwargs=task_cfg.kwargs,
+        import_module=task_cfg.import_module,
+        vectorization=task_cfg.vectorization,
+    )
 
 
 def to_env_action(action: torch.Tensor, env) -> torch.Tensor:

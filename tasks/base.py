@@ -45,6 +45,9 @@ class BatchedEnv(abc.ABC):
     # ("consecutive_successes" of ShadowHandCube), or None: evaluations and the training log
     # report its mean over episodes as eval/<name> and train/<name>.
     episode_metric: str | None = None
+    # Whether an env of the same task, size and seed repeats the same trajectory under the same
+    # actions; `python -m pql.check_env` holds an env that says so to it.
+    deterministic: bool = True
 
     @abc.abstractmethod
     def reset(self) -> torch.Tensor:
@@ -77,7 +80,7 @@ class BatchedEnv(abc.ABC):
     def _cannot_checkpoint(self) -> TaskError:
         return TaskError(
             f"{type(self).__name__} cannot be checkpointed: it does not save or restore its simulator's "
-            "state (the MuJoCo tasks can); train it without checkpoints of its envs"
+            "state (the MuJoCo tasks can), so a resume starts new episodes"
         )
 
     def close(self) -> None:  # noqa: B027 (a task without a simulator to release keeps this one)

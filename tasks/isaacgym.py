@@ -105,6 +105,24 @@ class IsaacGymEnv(BatchedEnv):
             self.vec_task.close()
 
 
+def _check_supported(task: str) -> None:
+    if task not in SUPPORTED_TASKS:
+        raise TaskError(
+            f"task isaacgym/{task} is not supported; supported: "
+            f"{', '.join('isaacgym/' + t for t in SUPPORTED_TASKS)} (see tasks/isaacgym.py)"
+        )
+
+
+def check_isaacgym_installed(task: str) -> None:
+    """Raise TaskError (INSTALL_HINT) unless Isaac Gym and IsaacGymEnvs can be imported, and for
+    a task outside SUPPORTED_TASKS; imports neither."""
+    import importlib.util
+
+    _check_supported(task)
+    if any(importlib.util.find_spec(name) is None for name in ("isaacgym", "isaacgymenvs")):
+        raise TaskError(f"task isaacgym/{task}: {INSTALL_HINT}")
+
+
 def make_isaacgym_env(task: str, num_envs: int, device: torch.device, seed: int) -> IsaacGymEnv:
     """IsaacGymEnvs' task `task` (e.g. "Ant"), headless, simulated and learned on `device`.
 
@@ -114,11 +132,7 @@ def make_isaacgym_env(task: str, num_envs: int, device: torch.device, seed: int)
     or an Isaac Gym that is missing or was imported after torch.
     """
     global _task_in_this_process
-    if task not in SUPPORTED_TASKS:
-        raise TaskError(
-            f"task isaacgym/{task} is not supported; supported: "
-            f"{', '.join('isaacgym/' + t for t in SUPPORTED_TASKS)} (see tasks/isaacgym.py)"
-        )
+    _check_supported(task)
     if _task_in_this_process is not None:
         raise TaskError(
             f"task isaacgym/{task}: this process already simulates isaacgym/{_task_in_this_process} "

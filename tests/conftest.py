@@ -13,6 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from pql.cli import expand_task_forms
 from pql.config import Config, load_config, register_configs, resolve
 from pql.runtime.distributed import FINISH_CHECK_EVERY, Replicas
 from pql.runtime.settings import RunSettings, run_settings
@@ -26,6 +27,7 @@ register_configs()
 
 def compose_config(overrides: list[str], run_dir) -> Config:
     """The validated Config that `python train.py <overrides>` would run, writing to run_dir."""
+    overrides = expand_task_forms(overrides)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "cfg"), version_base=None):
         raw = OmegaConf.to_container(compose("config", overrides=overrides), resolve=False)

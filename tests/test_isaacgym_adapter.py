@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 
 import tasks
 import tasks.isaacgym
-from pql.cli import expand_isaacgym_task
+from pql.cli import expand_task_forms
 from pql.config import ConfigError
 from pql.replay.nstep import NStepWindow
 from tasks import TaskError
@@ -382,19 +382,19 @@ def test_isaacgym_imported_after_torch_says_so(fake_isaacgym, monkeypatch):
 
 
 def test_cli_writes_isaacgym_tasks_as_the_group_option_and_name():
-    assert expand_isaacgym_task(["task=isaacgym/Ant", "algo=sac"]) == [
+    assert expand_task_forms(["task=isaacgym/Ant", "algo=sac"]) == [
         "task=isaacgym",
         "task.name=isaacgym/Ant",
         "algo=sac",
     ]
-    assert expand_isaacgym_task(["-m", "task=isaacgym/Ant,isaacgym/Humanoid"]) == [
+    assert expand_task_forms(["-m", "task=isaacgym/Ant,isaacgym/Humanoid"]) == [
         "-m",
         "task=isaacgym",
         "task.name=isaacgym/Ant,isaacgym/Humanoid",
     ]
-    assert expand_isaacgym_task(["task=Ant", "task.num_envs=8"]) == ["task=Ant", "task.num_envs=8"]
+    assert expand_task_forms(["task=Ant", "task.num_envs=8"]) == ["task=Ant", "task.num_envs=8"]
     with pytest.raises(ConfigError, match="task='Ant,isaacgym/Humanoid'"):
-        expand_isaacgym_task(["task=Ant,isaacgym/Humanoid"])
+        expand_task_forms(["task=Ant,isaacgym/Humanoid"])
 
 
 def test_train_py_without_isaacgym_exits_2_with_one_line(tmp_path):
@@ -404,8 +404,9 @@ def test_train_py_without_isaacgym_exits_2_with_one_line(tmp_path):
         pass
     else:
         pytest.skip("Isaac Gym is installed here")
+    run_dir = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "train.py", "task=isaacgym/Ant", f"hydra.run.dir={tmp_path}"],
+        [sys.executable, "train.py", "task=isaacgym/Ant", f"hydra.run.dir={run_dir}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -415,6 +416,7 @@ def test_train_py_without_isaacgym_exits_2_with_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pql: task isaacgym/Ant: Isaac Gym is not installed"), proc.stderr
     assert "Python 3.6-3.8" in lines[0]
+    assert not run_dir.exists()  # refused before Hydra made it
 
 
 @pytest.mark.slow

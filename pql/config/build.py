@@ -58,6 +58,10 @@ def _convert(key: str, value: Any, hint: Any, allowed: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(key, value, allowed)
         return value
+    if hint is dict:  # keyword arguments handed on unread (task.kwargs): names checked, values as given
+        if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+            raise ConfigError(key, value, allowed)
+        return dict(value)
     if hint is tuple:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(key, value, allowed)
@@ -100,20 +104,25 @@ def _build(cls, raw: Any, prefix: str, default=None):
 
 
 def _cross_checks(cfg: Config) -> None:
-    from tasks import TASK_NAMES  # on use: tasks imports torch, which importing pql.config must not
+    from tasks import task_form  # on use: tasks imports torch, which importing pql.config must not
 
     name = cfg.task.name
-    if not (name in TASK_NAMES or name.startswith("isaacgym/")):
+    form = task_form(name)
+    if form is None:
         raise ConfigError("task.name", name, task_names())
+    if cfg.task.kwargs and form not in ("gym", "factory"):
+        raise ConfigError("task.kwargs", cfg.task.kwargs, "none for pql's own tasks and isaacgym/<Task>")
+    if cfg.task.import_module is not None and form != "gym":
+        raise ConfigError("task.import_module", cfg.task.import_module, "null unless the task is gym:<EnvId>")
     # Isaac Gym allows one simulation per process, and the evaluation envs are one already.
-    if name.startswith("isaacgym/") and cfg.runtime.mode != "process":
+    if form == "isaacgym" and cfg.runtime.mode != "process":
         raise ConfigError(
             "runtime.mode",
             cfg.runtime.mode,
             "process with an Isaac Gym task (one simulation per "
             "process: the training envs need a process of their own)",
         )
-    if name.startswith("isaacgym/") and cfg.algo.name == "ppo":
+    if form == "isaacgym" and cfg.algo.name == "ppo":
         raise ConfigError(
             "algo",
             "ppo",

@@ -43,6 +43,8 @@ def option(
     metadata = {"allowed": allowed, "check": check, "doc": doc, "on_device": on_device}
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=metadata)
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 

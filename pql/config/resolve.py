@@ -51,7 +51,8 @@ def resolve(cfg: Config, local_rank: int | None = None) -> Resolved:
     )
     config = dataclasses.replace(
         config,
-        task=_with_device_defaults(config.task, on_gpu),
+        # A Gymnasium env steps on the CPU whatever the learners' device: its CPU count of copies.
+        task=_with_device_defaults(config.task, on_gpu and not config.task.name.startswith("gym:")),
         algo=_with_device_defaults(config.algo, on_gpu),
         replay=_with_device_defaults(config.replay, on_gpu),
         runtime=_with_device_defaults(placed, on_gpu),

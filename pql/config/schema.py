@@ -30,7 +30,7 @@ def task_names() -> str:
     # importing pql.config never imports torch.
     from tasks import TASK_NAMES
 
-    return f"one of {', '.join(TASK_NAMES)}, or isaacgym/<Task>"
+    return f"one of {', '.join(TASK_NAMES)}, or gym:<EnvId>, <module>:<factory> or isaacgym/<Task>"
 
 
 def _registered_algorithms() -> dict:
@@ -86,6 +86,24 @@ class TaskConfig:
         1000.0,
         "a number > task.value_min",
         doc="highest discounted return, pql_d's highest atom when algo.v_max is null",
+    )
+    # The user's own envs (docs/own_env.md); pql's tasks take none of these.
+    kwargs: dict = option(
+        {},
+        "a mapping of keyword arguments",
+        doc="keyword arguments for a gym:<EnvId> env (gym.make's) or a <module>:<factory> factory, "
+        "given as task.kwargs.<name>=<value>",
+    )
+    import_module: str | None = option(
+        None,
+        "a module name such as gymnasium_robotics",
+        doc="a module a gym:<EnvId> task imports first, where a package registers its ids",
+    )
+    vectorization: str = option(
+        "async",
+        "one of async, sync",
+        one_of("async", "sync"),
+        doc="how a gym:<EnvId> task steps its copies: async (a subprocess each) or sync (in the process)",
     )
 
 

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from pql.bulk import BulkError, descriptions, locate, remove_unreferenced
+from pql.check_env import check_contract, raise_on_findings
 from pql.checkpoint import (
     FILE_NAME,
     CheckpointError,
@@ -70,6 +71,7 @@ from pql.runtime.episodes import TRAIN_EPISODE_METRIC
 from pql.runtime.evaluation import EvalResult, Evaluator
 from pql.runtime.settings import MonitorSettings, ResumeSettings, RunSettings, load_runner, run_settings
 from pql.runtime.stopping import FINISH, GO_ON, Stopped, StopSignals, by_signal, signal_name
+from tasks import task_form
 
 # cfg/config.yaml's hydra.run.dir, runs/<date>_<time>_<task>_<algo>: new at every launch.
 HYDRA_DEFAULT_RUN_DIR = re.compile(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_")
@@ -116,6 +118,8 @@ def _run(settings: RunSettings, replicas: Replicas, signals: StopSignals) -> dic
     torch.manual_seed(process.seed)
     envs = settings.eval_envs
     eval_env = build_env(envs.task, envs.num_envs, device, envs.seed)
+    if task_form(envs.task.name) != "own":  # a user's env: broken, it fails here in one line, not in a role
+        raise_on_findings(check_contract(eval_env, quick=True), envs.task.name)
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim
     resume = load_resume(settings.resume, replicas.world)
     _check_same_start(settings.resume, resume, replicas)

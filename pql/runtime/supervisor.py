@@ -82,7 +82,12 @@ def hand_in(shared: SharedState, request: int, name: str, state: dict) -> None:
 
 class ProcessRuntime:
     """Starts, supervises (`check`) and stops the role processes `procs` ({name: Process}) that
-    share `shared` (its errors queue, counters and wake-ups)."""
+    share `shared` (its errors queue, counters and wake-ups).
+
+    The roles are not daemonic processes, which Python forbids children, so that an actor's envs
+    may run in processes of their own (Gymnasium's AsyncVectorEnv). Daemonic roles would be
+    terminated by multiprocessing at this process's exit; these are ended by `stop`, which the
+    runners call on every way out, and by PR_SET_PDEATHSIG if this process dies."""
 
     def __init__(self, shared: SharedState, procs: dict):
         self.shared, self.procs = shared, procs

@@ -55,6 +55,7 @@ class Actor:
         self.obs = self.env.reset()
         self.episodes = EpisodeStats(self.env.num_envs, device, shared.counters.episodes, self.env.episode_metric)
         self.local_steps = 0
+        self.said_envs_unsaved = False
         self.finished = False  # asked to finish (by any replica's main process), and agreed
         self.ring_writes = InFlight(device, wait=group.ordered)  # staged batches written but not counted yet
 
@@ -156,7 +157,10 @@ class Actor:
         }
         try:
             env = self.env.state_dict()
-        except TaskError:
+        except TaskError as e:
+            if not self.said_envs_unsaved:  # once, at the first checkpoint
+                print(f"pql: actor: checkpoints hold no envs: {e}", flush=True)
+                self.said_envs_unsaved = True
             return {**state, "envs": None}
         episodes = self.episodes
         return {

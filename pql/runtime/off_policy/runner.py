@@ -117,7 +117,7 @@ class OffPolicyRunner:
                 name: self.ctx.Process(
                     target=role_main,
                     name=f"pql-{name}",
-                    daemon=True,
+                    daemon=False,  # its envs may start processes (Gymnasium's async copies): see ProcessRuntime
                     args=(name, self.settings, self.shared, self.obs_dim, self.act_dim, self.resume),
                 )
                 for name in ROLE_NAMES

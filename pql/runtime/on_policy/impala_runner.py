@@ -188,7 +188,7 @@ class ImpalaRunner(OnPolicyRunner):
                 "actor": self.ctx.Process(
                     target=actor_main,
                     name="pql-actor",
-                    daemon=True,
+                    daemon=False,  # its envs may start processes (Gymnasium's async copies): see ProcessRuntime
                     args=(self.settings, self.shared),
                 )
             },

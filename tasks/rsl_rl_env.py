@@ -1,0 +1,130 @@
+"""An env with rsl_rl's VecEnv interface behind pql's batched-env protocol.
+
+rsl_rl's VecEnv (rsl-rl-lib's `rsl_rl.env.VecEnv`, which Isaac Lab's, mjlab's and Genesis'
+wrappers implement) has `num_envs`, `num_actions`, `max_episode_length`, `device`,
+`get_observations()` and `step(actions) -> (obs, rewards, dones, extras)`; envs reset themselves
+inside `step`. What the adapter does with it:
+
+- **Observations.** A TensorDict (or mapping) of groups gives its "policy" group, what the policy
+  sees (Isaac Lab's and mjlab's name); a tensor is taken as it is; rsl_rl 2's `(obs, extras)`
+  pair gives its first element. Observations are flattened to [N, obs_dim] float32.
+- **Done flags.** `dones` marks every finished episode, `extras["time_outs"]` those cut by the
+  step limit: truncated = dones & time_outs, terminated = dones & ~time_outs. An env without
+  "time_outs" has only terminations.
+- **The final observation.** rsl_rl's step returns the new episode's first observation for a
+  finished env and nothing of the last one. Where the env gives it as `extras["final_obs"]`
+  (a tensor, or groups as the observations are: Isaac Lab's compute_final_obs), the adapter
+  hands it on. Where it does not, `info["final_obs"]` of a finished env is the observation
+  before its last step: a truncated episode then bootstraps from the value of the state one
+  step before the cut, as rsl_rl's own PPO does (it adds γ·V(s) of that step's input to the
+  reward). `final_obs_given` says which; docs/benchmarks.md measures what the stand-in costs.
+- **Actions.** pql maps its [-1, 1] actions onto [action_low, action_high]: the env's
+  `action_space` bounds where it has finite ones, else [-1, 1] (the env's own action scale
+  applies on top, as with rsl_rl's Gaussian policies, whose actions centre on 0).
+- **reset()** calls the env's `reset()` where it has one, else takes `get_observations()`: an
+  rsl_rl env is ready to step once made.
+- Rewards, flags and observations are copied: such envs rewrite their buffers in place.
+- The env cannot be checkpointed (BatchedEnv's default): a resume starts new episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from .base import ActionCheck, BatchedEnv, TaskError, resolve_device
+
+VEC_ENV_MEMBERS = ("num_envs", "num_actions", "max_episode_length", "device", "get_observations", "step")
+POLICY_GROUP = "policy"
+
+
+def missing_vec_env_members(env) -> list[str]:
+    """The members of rsl_rl's VecEnv interface that `env` lacks."""
+    return [name for name in VEC_ENV_MEMBERS if not hasattr(env, name)]
+
+
+class RslRlEnv(BatchedEnv):
+    """The protocol over `vec_env`, an env with rsl_rl's VecEnv interface (module docstring)."""
+
+    deterministic = False  # rsl_rl's interface promises no repeatable trajectory (GPU simulators seldom give one)
+
+    def __init__(self, vec_env):
+        self.vec_env = vec_env
+        self.name = type(vec_env).__name__
+        self.num_envs = int(vec_env.num_envs)
+        self.act_dim = int(vec_env.num_actions)
+        self.device = resolve_device(vec_env.device)
+        limit = vec_env.max_episode_length
+        self.max_episode_steps = int(limit.max().item() if isinstance(limit, torch.Tensor) else limit)
+        self.action_low, self.action_high = self._action_bounds()
+        self._check_actions = ActionCheck(self.num_envs, self.act_dim, self.device)
+        self._obs = self._policy_obs(vec_env.get_observations(), "get_observations()")
+        self.obs_dim = self._obs.shape[1]
+        self.final_obs_given: bool | None = None  # known at the first step
+
+    def _action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        low = high = None
+        space = getattr(self.vec_env, "action_space", None)
+        if space is not None and hasattr(space, "low") and hasattr(space, "high"):
+            low, high = (
+                np.broadcast_to(np.asarray(b, dtype=np.float32), (self.act_dim,)) for b in (space.low, space.high)
+            )
+            if not (np.isfinite(low).all() and np.isfinite(high).all()):
+                low = high = None
+        if low is None:
+            low, high = -np.ones(self.act_dim, np.float32), np.ones(self.act_dim, np.float32)
+        return (torch.as_tensor(np.array(b), device=self.device) for b in (low, high))  # type: ignore[return-value]
+
+    def _policy_obs(self, obs, where: str) -> torch.Tensor:
+        """obs as [N, obs_dim] float32: the "policy" group of a TensorDict or mapping, a tensor as it is."""
+        if isinstance(obs, tuple):  # rsl_rl 2: (obs, extras)
+            obs = obs[0]
+        if isinstance(obs, Mapping) or hasattr(obs, "keys"):
+            keys = list(obs.keys())
+            if POLICY_GROUP not in keys:
+                raise TaskError(
+                    f"{self.name}: {where} returned observation groups {', '.join(map(str, keys))} and no "
+                    f"{POLICY_GROUP!r} group, which is what pql's policy sees"
+                )
+            obs = obs[POLICY_GROUP]
+        if not isinstance(obs, torch.Tensor):
+            raise TaskError(f"{self.name}: {where} returned a {type(obs).__name__}, not a tensor or TensorDict")
+        if obs.shape[0] != self.num_envs:
+            raise TaskError(f"{self.name}: {where} returned {tuple(obs.shape)} observations for {self.num_envs} envs")
+        return obs.reshape(self.num_envs, -1).to(self.device, torch.float32, copy=True)
+
+    def reset(self) -> torch.Tensor:
+        reset = getattr(self.vec_env, "reset", None)
+        self._obs = self._policy_obs(reset() if callable(reset) else self.vec_env.get_observations(), "reset()")
+        return self._obs
+
+    def step(self, actions: torch.Tensor):
+        self._check_actions(actions)
+        obs, reward, dones, extras = self.vec_env.step(actions)
+        obs = self._policy_obs(obs, "step()")
+        done = dones.to(self.device).reshape(self.num_envs).bool()
+        time_outs = extras.get("time_outs")
+        truncated = (
+            done & time_outs.to(self.device).reshape(self.num_envs).bool() if time_outs is not None else done & False
+        )
+        terminated = done & ~truncated
+        given = extras.get("final_obs")
+        self.final_obs_given = given is not None
+        before = self._policy_obs(given, "step()'s extras['final_obs']") if given is not None else self._obs
+        final_obs = torch.where(done[:, None], before, obs)
+        self._obs = obs
+        reward = reward.to(self.device, torch.float32, copy=True).reshape(self.num_envs)
+        return obs, reward, terminated, truncated, {"final_obs": final_obs}
+
+    def _cannot_checkpoint(self) -> TaskError:
+        return TaskError(
+            f"{self.name} (an rsl_rl VecEnv) cannot be checkpointed: the interface has no way to save its "
+            "simulator's state; a resume starts new episodes"
+        )
+
+    def close(self) -> None:
+        close = getattr(self.vec_env, "close", None)
+        if callable(close):
+            close()

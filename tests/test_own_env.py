@@ -1,0 +1,294 @@
+"""The user's own envs: `task=<module>:<factory>` returning a pql BatchedEnv (examples/own_env.py)
+or an env with rsl_rl's VecEnv interface (examples/rsl_rl_task.py, a real subclass of rsl-rl-lib's
+VecEnv), the refusals, and the command line's forms."""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+from tensordict import TensorDict
+
+import tasks
+from bench.learning import OFF_POLICY, PENDULUM, STEP_BUDGET
+from examples.own_env import PointMass
+from pql import check_env
+from pql.cli import expand_task_forms
+from pql.config import ConfigError
+from pql.runtime import train
+from tasks.rsl_rl_env import RslRlEnv
+
+RSL_RL_TASK = "examples.rsl_rl_task:make_env"
+MODULE_LAMBDA = lambda num_envs, device, seed: None  # refused: a role process could not import it
+
+
+def test_a_factory_gets_its_keyword_arguments_and_its_envs_follow_the_protocol():
+    env = tasks.make("examples.own_env:make_env", 4, "cpu", seed=3, kwargs={"arena": 2.0})
+    assert env.arena == 2.0 and env.num_envs == 4
+    obs = env.reset()
+    assert obs.shape == (4, env.obs_dim) and obs.dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ("no_such_module_here:make", "cannot import module 'no_such_module_here'"),
+        ("examples.own_env:no_such_factory", "has no 'no_such_factory'"),
+        ("examples.own_env:PointMass.obs_dim", "is not callable"),
+        ("test_own_env:MODULE_LAMBDA", "lambda or a local function"),
+        ("examples.own_env", "unknown task"),
+    ],
+)
+def test_a_factory_that_cannot_be_used_is_refused_with_the_reason(spec, why):
+    with pytest.raises(tasks.TaskError, match=why) as err:
+        tasks.make(spec, 2, "cpu")
+    assert "\n" not in str(err.value)
+
+
+def test_a_factory_that_raises_or_returns_something_else_is_refused():
+    with pytest.raises(tasks.TaskError, match=r"factory raised TypeError.*factory\(num_envs=\.\.\., device"):
+        tasks.make("examples.own_env:make_env", 2, "cpu", kwargs={"no_such_argument": 1})
+    with pytest.raises(tasks.TaskError, match="neither a pql BatchedEnv.*lacks num_envs, num_actions"):
+        tasks.make("collections:OrderedDict", 2, "cpu")
+
+
+def env_of(final_obs: bool, num_envs: int = 4) -> RslRlEnv:
+    env = tasks.make(RSL_RL_TASK, num_envs, "cpu", seed=0, kwargs={"final_obs": final_obs})
+    assert isinstance(env, RslRlEnv)
+    return env
+
+
+def test_rsl_rl_envs_keep_termination_and_truncation_apart_and_give_the_final_observation():
+    """InvertedPendulum falls (terminated) within a few steps under full pushes; the wrapped task
+    reports the observation that ended each episode only with final_obs=True."""
+    shown, hidden = env_of(final_obs=True), env_of(final_obs=False)
+    assert (shown.reset() == hidden.reset()).all() and shown.obs_dim == 4 and shown.max_episode_steps == 1000
+    push = torch.ones(4, 1)
+    for _ in range(100):
+        before = hidden._obs.clone()
+        obs, reward, terminated, truncated, info = shown.step(push)
+        obs_h, reward_h, terminated_h, truncated_h, info_h = hidden.step(push)
+        assert (obs == obs_h).all() and (reward == reward_h).all() and (terminated == terminated_h).all()
+        assert not (terminated & truncated).any()
+        if terminated.any():
+            break
+    assert terminated.all(), "a full push topples the pole within 100 steps"
+    assert shown.final_obs_given and not hidden.final_obs_given
+    assert not torch.equal(info["final_obs"], obs)  # the last observation of the old episode
+    assert torch.equal(info_h["final_obs"], before)  # the stand-in: the observation before the last step
+
+
+class GroupsOnly:
+    """rsl_rl's interface with observation groups but no "policy" group."""
+
+    num_envs, num_actions, max_episode_length, device = 2, 1, 10, "cpu"
+
+    def get_observations(self):
+        return TensorDict({"critic": torch.zeros(2, 3)}, batch_size=[2])
+
+    def step(self, actions):
+        return self.get_observations(), torch.zeros(2), torch.zeros(2), {}
+
+
+def test_an_rsl_rl_env_without_a_policy_group_is_refused_naming_its_groups():
+    with pytest.raises(tasks.TaskError, match="groups critic and no 'policy' group"):
+        RslRlEnv(GroupsOnly())
+
+
+class TensorObs(GroupsOnly):
+    """rsl_rl's interface with observations as a plain tensor and no "time_outs"."""
+
+    def get_observations(self):
+        return torch.ones(2, 3)
+
+
+def test_an_env_without_time_outs_has_no_truncations_and_its_actions_are_checked():
+    env = RslRlEnv(TensorObs())
+    env.reset()
+    _, _, terminated, truncated, _ = env.step(torch.zeros(2, 1))
+    assert not terminated.any() and not truncated.any()
+    with pytest.raises(tasks.TaskError, match="shape"):
+        env.step(torch.zeros(2, 2))
+
+
+def test_the_command_line_writes_each_form_as_its_group_option_and_name():
+    assert expand_task_forms(["task=gym:Pendulum-v1", "task.kwargs.g=9.5"]) == [
+        "task=gym",
+        "task.name=gym:Pendulum-v1",
+        "++task.kwargs.g=9.5",
+    ]
+    assert expand_task_forms(["task=my_envs.arm:make_env"]) == ["task=factory", "task.name=my_envs.arm:make_env"]
+    with pytest.raises(ConfigError, match="choices of one form"):
+        expand_task_forms(["-m", "task=gym:Pendulum-v1,Ant"])
+
+
+def test_kwargs_and_import_module_are_refused_for_pql_tasks(make_config):
+    with pytest.raises(ConfigError, match="task.kwargs"):
+        make_config(["task=Ant", "++task.kwargs.x=1"])
+    with pytest.raises(ConfigError, match="task.import_module"):
+        make_config(["task=examples.own_env:make_env", "task.import_module=gymnasium_robotics"])
+
+
+def test_a_task_refused_leaves_no_run_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    for task in ("no_such_module_here:make", "examples.own_env:no_such_factory"):
+        result = subprocess.run(
+            [sys.executable, "train.py", f"task={task}", f"hydra.run.dir={run_dir}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and f"task {task}" in result.stderr, result.stderr
+        assert not os.path.exists(run_dir)
+
+
+class Float64PointMass(PointMass):
+    """Breaks the protocol: float64 observations."""
+
+    def reset(self):
+        return super().reset().double()
+
+
+def make_broken_env(num_envs, device, seed):
+    return Float64PointMass(num_envs, device, seed)
+
+
+def make_wrong_size(num_envs, device, seed):
+    return PointMass(num_envs + 1, device, seed)
+
+
+def test_a_factory_whose_envs_are_not_what_was_asked_for_is_refused():
+    with pytest.raises(tasks.TaskError, match="asked for 2 envs and made 3"):
+        tasks.make("test_own_env:make_wrong_size", 2, "cpu")
+
+
+@pytest.mark.parametrize("algo", ["pql", "pql_d", "sac", "ppo", "impala"])
+def test_every_algorithm_trains_evaluates_and_tests_a_factory_s_env(make_config, tmp_path, algo):
+    """A short sequential run per algorithm on examples/own_env.py's env, then test=true on its checkpoint."""
+    run = [
+        "task=examples.own_env:make_env",
+        "task.num_envs=4",
+        "task.eval_envs=2",
+        f"algo={algo}",
+        "runtime.mode=sequential",
+        "runtime.max_env_steps=800",
+        "runtime.eval_every=400",
+        "algo.net.actor_hidden=[16]",
+        "algo.net.critic_hidden=[16]",
+        *(["algo.batch_size=32"] if algo in ("pql", "pql_d", "sac") else []),
+    ]
+    final = train(make_config(run))
+    assert "eval/return" in final and (tmp_path / "checkpoint.pt").exists()
+    tested = train(make_config([*run, "test=true", f"checkpoint={tmp_path / 'checkpoint.pt'}"], tmp_path / "test"))
+    assert math.isfinite(tested["eval/return"]), tested
+
+
+def test_an_env_that_breaks_the_protocol_stops_the_run_in_one_line_before_any_role_starts(tmp_path):
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "train.py", "task=test_own_env:make_broken_env", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "tests")},
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "breaks the env protocol: dtypes" in result.stderr and "python -m pql.check_env" in result.stderr
+    assert "roles started" not in result.stdout and not os.path.exists(run_dir)
+
+
+@pytest.mark.slow
+def test_pql_learns_inverted_pendulum_through_rsl_rl_s_interface(make_config):
+    """End to end, sequential, within the learning tests' env-step budget: rsl_rl's semantics (no
+    final observation; pql bootstraps a truncated episode from the observation before its last step)."""
+    overrides = [o for o in PENDULUM if not o.startswith("task=")]
+    cfg = make_config([f"task={RSL_RL_TASK}", *overrides, *OFF_POLICY, *STEP_BUDGET, "runtime.max_env_steps=40000"])
+    final = train(cfg)
+    assert final["eval/return"] >= 900, final
+
+
+@pytest.mark.slow
+def test_a_factory_trains_in_process_mode(make_config, tmp_path):
+    """The actor's process imports the factory by its name and builds its own envs there."""
+    cfg = make_config(
+        [
+            "task=examples.own_env:make_env",
+            "task.num_envs=8",
+            "runtime.mode=process",
+            "runtime.max_env_steps=3000",
+            "runtime.eval_every=1500",
+            "algo.batch_size=64",
+            "algo.net.actor_hidden=[32]",
+            "algo.net.critic_hidden=[32]",
+        ]
+    )
+    final = train(cfg)
+    assert "eval/return" in final and (tmp_path / "checkpoint.pt").exists()
+
+
+@pytest.mark.slow
+def test_pql_learns_gymnasium_s_pendulum_with_its_copies_in_the_actor_s_subprocesses(make_config):
+    """task=gym:Pendulum-v1 in process mode: the actor's Gymnasium copies run in subprocesses of
+    its own (async). A random policy scores about -1,200 (-1,600 to -900 per episode)."""
+    cfg = make_config(
+        [
+            "task=gym:Pendulum-v1",
+            "runtime.mode=process",
+            "runtime.max_time_s=120",
+            "runtime.eval_every=2000",
+            "runtime.eval_max_share=1",
+            "runtime.stop_at_return=-400",
+            *OFF_POLICY,
+        ]
+    )
+    final = train(cfg)
+    assert final["eval/return"] >= -400, final
+
+
+@pytest.mark.slow
+def test_train_py_trains_a_gymnasium_robotics_env_and_resumes_it_with_new_episodes(tmp_path):
+    """A goal env with Dict observations, through the command line; its envs cannot be saved, which
+    the first checkpoint says, and a resume continues the counters with new episodes."""
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "train.py",
+        "task=gym:PointMaze_UMaze-v3",
+        "task.import_module=gymnasium_robotics",
+        "task.num_envs=4",
+        "task.eval_envs=2",
+        "task.vectorization=sync",
+        "runtime.mode=sequential",
+        "algo.batch_size=64",
+        "checkpoint=auto",
+        f"hydra.run.dir={run_dir}",
+    ]
+    for steps in (1000, 2000):
+        result = subprocess.run(
+            [*command, f"runtime.max_env_steps={steps}"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"pql: done: {steps:,} env steps" in result.stdout, result.stdout[-3000:]
+    assert "checkpoints hold no envs: gym:PointMaze_UMaze-v3 cannot be checkpointed" in result.stdout
+    assert "resuming from" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "task, overrides",
+    [
+        ("gym:Pendulum-v1", ["task.vectorization=sync"]),
+        ("examples.own_env:make_env", ["task.kwargs.arena=2.0"]),
+        (RSL_RL_TASK, []),
+    ],
+)
+def test_check_env_passes_each_form_of_task(capsys, task, overrides):
+    assert check_env.main([task, *overrides, "--steps", "50"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and "steps/s" in out, out
