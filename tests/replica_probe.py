@@ -2,7 +2,6 @@
 
     torchrun --standalone --nproc_per_node=2 tests/replica_probe.py collectives OUT
     torchrun --standalone --nproc_per_node=2 tests/replica_probe.py train OUT key=value ...
-    python tests/replica_probe.py train OUT key=value ...        (one replica, no torchrun)
 
 `train` runs the algorithm's real runner (its roles, processes and collectives) to the end of
 its env-step budget and saves every rank's full training state (`runner.checkpoint()`) as

@@ -31,12 +31,12 @@ SMALL = TASK + [
 ]
 
 
-def probe(tmp_path, *args, replicas: bool = True, timeout: int = 300) -> list[dict]:
-    """Run tests/replica_probe.py (under torchrun with two replicas, or alone) -> each rank's state."""
-    cmd = (TORCHRUN if replicas else [sys.executable]) + [PROBE, *args[:1], str(tmp_path), *args[1:]]
+def probe(tmp_path, *args, timeout: int = 300) -> list[dict]:
+    """Run tests/replica_probe.py under torchrun with two replicas -> each rank's state."""
+    cmd = [*TORCHRUN, PROBE, *args[:1], str(tmp_path), *args[1:]]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2 if replicas else 1)]
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
 def flat(state, prefix=""):
@@ -90,12 +90,9 @@ ALGO_RUN = {
 @pytest.mark.parametrize("algo,mode", [("pql", "process"), ("ppo", "sequential"), ("impala", "process")])
 def test_replicas_hold_identical_networks(tmp_path, algo, mode):
     """After the run every network, target, optimiser state and normaliser is the same on both
-    ranks, and differs from what one replica alone learns (its data differs)."""
+    ranks. (That each rank's gradient is the mean of both ranks' is the collectives test's.)"""
     overrides = ALGO_RUN[algo] + ["runtime.max_env_steps=2400", f"runtime.mode={mode}"]
-    (tmp_path / "two").mkdir()
-    (tmp_path / "one").mkdir()
-    rank0, rank1 = probe(tmp_path / "two", "train", *overrides)
-    (alone,) = probe(tmp_path / "one", "train", *overrides, replicas=False)
+    rank0, rank1 = probe(tmp_path, "train", *overrides)
     same = {k for k in rank0["counters"] if k != "episodes"}  # each replica's envs end their own episodes
     assert {k: rank0["counters"][k] for k in same} == {k: rank1["counters"][k] for k in same}
 
@@ -116,9 +113,6 @@ def test_replicas_hold_identical_networks(tmp_path, algo, mode):
         k for k, v in learnt.items() if not torch.equal(v, other[k])
     ]
     assert all(torch.equal(v, flat(rank1["normalizer"])[k]) for k, v in flat(rank0["normalizer"]).items())
-    assert not torch.equal(rank0["normalizer"]["mean"], alone["normalizer"]["mean"])
-    policy = flat(rank0["policy"])
-    assert any(not torch.equal(v, flat(alone["policy"])[k]) for k, v in policy.items())
     if algo == "pql":
         # The budget counts both replicas' env steps; each ends exactly at the ratios.
         for r in (rank0, rank1):

@@ -222,8 +222,8 @@ def test_a_factory_trains_in_process_mode(make_config, tmp_path):
             "task=examples.own_env:make_env",
             "task.num_envs=8",
             "runtime.mode=process",
-            "runtime.max_env_steps=3000",
-            "runtime.eval_every=1500",
+            "runtime.max_env_steps=1500",
+            "runtime.eval_every=1000000",
             "algo.batch_size=64",
             "algo.net.actor_hidden=[32]",
             "algo.net.critic_hidden=[32]",
@@ -265,14 +265,21 @@ def test_train_py_trains_a_gymnasium_robotics_env_and_resumes_it_with_new_episod
         "task.num_envs=4",
         "task.eval_envs=2",
         "task.vectorization=sync",
+        "task.kwargs.max_episode_steps=50",
         "runtime.mode=sequential",
+        "runtime.eval_every=1000000",
         "algo.batch_size=64",
         "checkpoint=auto",
         f"hydra.run.dir={run_dir}",
     ]
-    for steps in (1000, 2000):
+    for steps in (400, 800):
         result = subprocess.run(
-            [*command, f"runtime.max_env_steps={steps}"], cwd=ROOT, capture_output=True, text=True, timeout=300
+            [*command, f"runtime.max_env_steps={steps}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "TMPDIR": str(tmp_path)},  # each maze leaves an XML file in the temporary folder
         )
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"pql: done: {steps:,} env steps" in result.stdout, result.stdout[-3000:]

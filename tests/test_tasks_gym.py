@@ -5,6 +5,7 @@ import itertools
 import math
 import multiprocessing
 import os
+import tempfile
 
 import gymnasium
 import numpy as np
@@ -159,7 +160,8 @@ def test_async_pendulum_steps_as_sync_does_and_leaves_no_subprocess():
     assert all(p.exitcode is not None for p in workers) and not async_workers()
 
 
-def test_goal_env_dict_is_flattened_observation_first():
+def test_goal_env_dict_is_flattened_observation_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # each maze leaves an XML file in the temporary folder
     env = make("PointMaze_UMaze-v3", seed=5, import_module="gymnasium_robotics", max_episode_steps=3)
     assert env.obs_layout == [("observation", 4), ("achieved_goal", 2), ("desired_goal", 2)]
     assert env.obs_dim == 8 and env.max_episode_steps == 3
