@@ -33,26 +33,33 @@ def evaluate(env, policy, normalizer) -> dict[str, float]:
     All episodes step as one batch, and no step waits on the device: whether any episode still
     runs is read from a copy that lands on the host a few steps late (tasks.base.LateRead; on the
     CPU it is the mask itself). The steps after the last episode ended add nothing, since every
-    sum is masked by `running`. -> {"eval/return", "eval/length", and "eval/<metric>" for an env
-    with an episode_metric}: means over the env's num_envs first episodes, read in one transfer
-    at the end."""
+    sum is masked by `running`. An env that cannot start episodes on demand (env.episode_starts
+    is not None) is scored on each env's first episode that starts after this call: an episode
+    under way is stepped through unscored. -> {"eval/return", "eval/length", and "eval/<metric>"
+    for an env with an episode_metric}: means over the env's num_envs scored episodes, read in one
+    transfer at the end."""
     obs = env.reset()
     n = env.num_envs
     metric = env.episode_metric
     returns = torch.zeros(n, device=env.device)
     lengths = torch.zeros(n, device=env.device)
     scores = torch.zeros(n, device=env.device)  # the metric at each episode's last step
-    running = torch.ones(n, dtype=torch.bool, device=env.device)
+    running = torch.ones(n, dtype=torch.bool, device=env.device)  # the scored episode has not ended
+    starts = env.episode_starts
+    scoring = running.clone() if starts is None else starts.clone()  # the episode stepped is the one scored
     still_running = LateRead(running)
-    for _ in range(env.max_episode_steps):
+    for _ in range(env.max_episode_steps * (1 if starts is None else 2)):
         action = policy(normalizer(obs)).clamp(-1.0, 1.0)
         obs, reward, terminated, truncated, info = env.step(to_env_action(action, env))
-        returns += reward * running
-        lengths += running.float()
-        ended = running & (terminated | truncated)
+        done = terminated | truncated
+        counted = running & scoring
+        returns += reward * counted
+        lengths += counted.float()
+        ended = counted & done
         if metric is not None:
             scores = torch.where(ended, info[metric], scores)
         running &= ~ended
+        scoring |= done  # an env whose unscored episode ended starts its scored one at the next step
         seen = still_running.read()
         if seen is not None and not seen.any():
             break

@@ -48,10 +48,15 @@ class BatchedEnv(abc.ABC):
     # Whether an env of the same task, size and seed repeats the same trajectory under the same
     # actions; `python -m pql.check_env` holds an env that says so to it.
     deterministic: bool = True
+    # None: reset() starts a new episode in every env. An env that resets itself only when an
+    # episode ends (rsl_rl's interface without a reset method) has [N] bool here instead, True
+    # where the next step starts an episode: its reset() returns the current observations, and an
+    # evaluation scores each env's first episode that starts after the evaluation does.
+    episode_starts: torch.Tensor | None = None
 
     @abc.abstractmethod
     def reset(self) -> torch.Tensor:
-        """Start a new episode in every env. Returns obs [N, obs_dim] float32."""
+        """Start a new episode in every env (see episode_starts). Returns obs [N, obs_dim] float32."""
 
     @abc.abstractmethod
     def step(self, actions: torch.Tensor):

@@ -21,8 +21,11 @@ inside `step`. What the adapter does with it:
 - **Actions.** pql maps its [-1, 1] actions onto [action_low, action_high]: the env's
   `action_space` bounds where it has finite ones, else [-1, 1] (the env's own action scale
   applies on top, as with rsl_rl's Gaussian policies, whose actions centre on 0).
-- **reset()** calls the env's `reset()` where it has one, else takes `get_observations()`: an
-  rsl_rl env is ready to step once made.
+- **reset()** calls the env's `reset()` where it has one (Isaac Lab's and mjlab's wrappers do),
+  else takes `get_observations()`: an rsl_rl env is ready to step once made, but its episodes
+  then go on from where they were: `episode_starts` marks the envs whose next step starts an
+  episode (all of them once made, then those that just finished), and an evaluation scores each
+  env's first episode that starts after it begins.
 - Rewards, flags and observations are copied: such envs rewrite their buffers in place.
 - The env cannot be checkpointed (BatchedEnv's default): a resume starts new episodes.
 """
@@ -63,6 +66,8 @@ class RslRlEnv(BatchedEnv):
         self._obs = self._policy_obs(vec_env.get_observations(), "get_observations()")
         self.obs_dim = self._obs.shape[1]
         self.final_obs_given: bool | None = None  # known at the first step
+        if not callable(getattr(vec_env, "reset", None)):
+            self.episode_starts = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
 
     def _action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         low = high = None
@@ -115,6 +120,8 @@ class RslRlEnv(BatchedEnv):
         before = self._policy_obs(given, "step()'s extras['final_obs']") if given is not None else self._obs
         final_obs = torch.where(done[:, None], before, obs)
         self._obs = obs
+        if self.episode_starts is not None:
+            self.episode_starts = done
         reward = reward.to(self.device, torch.float32, copy=True).reshape(self.num_envs)
         return obs, reward, terminated, truncated, {"final_obs": final_obs}
 

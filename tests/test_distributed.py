@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import JOB_MARKER, assert_stopped_at_an_agreed_step, job_pids, role_pids, worker_pids
 
+from bench.learning import OFF_POLICY
 from pql.checkpoint import load_checkpoint, save_checkpoint
 from pql.config import ConfigError, resolve
 from pql.nets import ObsNormalizer
@@ -137,6 +138,7 @@ def test_two_replicas_solve_inverted_pendulum(tmp_path):
         "runtime.eval_every=2000",
         "runtime.eval_max_share=1",
         "runtime.stop_at_return=900",
+        *OFF_POLICY,
         f"hydra.run.dir={tmp_path}",
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -145,7 +147,7 @@ def test_two_replicas_solve_inverted_pendulum(tmp_path):
     assert done, proc.stdout[-3000:]
     assert int(done.group(1).replace(",", "")) <= 20000 and float(done.group(2)) >= 900, done.group(0)
     assert proc.stdout.count("pql: done") == 1  # rank 0 alone prints
-    assert "beta_av.rank1 16.00" in proc.stdout  # the CPU default β_a:v
+    assert "beta_av.rank1 8.00" in proc.stdout  # each replica logs its ratios
     assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "metrics.csv").exists()
     assert not (tmp_path.parent / ".hydra").exists() and not os.path.exists(os.path.join(ROOT, ".hydra"))
 

@@ -295,7 +295,7 @@ def test_rates_logged_after_an_evaluation_count_the_steps_made_during_it(make_co
                 "runtime.mode=process",
                 "runtime.max_env_steps=100000000",
                 "runtime.device=cpu",
-                "runtime.max_time_s=20",
+                "runtime.max_time_s=10",
                 "runtime.eval_every=200",
                 "runtime.log_every_s=0.5",
                 "runtime.eval_max_share=1",

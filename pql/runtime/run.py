@@ -118,6 +118,14 @@ def _run(settings: RunSettings, replicas: Replicas, signals: StopSignals) -> dic
     torch.manual_seed(process.seed)
     envs = settings.eval_envs
     eval_env = build_env(envs.task, envs.num_envs, device, envs.seed)
+    try:
+        return _run_with(settings, replicas, signals, eval_env)
+    finally:
+        eval_env.close()  # Gymnasium's async copies would otherwise report a broken pipe as the process exits
+
+
+def _run_with(settings: RunSettings, replicas: Replicas, signals: StopSignals, eval_env) -> dict:
+    device, envs = settings.device, settings.eval_envs
     if task_form(envs.task.name) != "own":  # a user's env: broken, it fails here in one line, not in a role
         raise_on_findings(check_contract(eval_env, quick=True), envs.task.name)
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim

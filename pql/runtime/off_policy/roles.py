@@ -17,7 +17,7 @@ from pql.runtime.off_policy.actor import Actor
 from pql.runtime.off_policy.learners import PLearner, VLearner
 from pql.runtime.settings import OffPolicySettings, RatioSettings
 from pql.runtime.shared import make_shared_state
-from pql.runtime.supervisor import hand_in, role_process
+from pql.runtime.supervisor import exit_without_teardown, hand_in, role_process
 from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights
 
@@ -92,6 +92,7 @@ def role_main(
     process = settings.process
     with role_process(name, shared, process.threads.per_process(len(ROLE_NAMES)), process.log_path):
         serve(name, settings, shared, obs_dim, act_dim, resume)
+    exit_without_teardown()
 
 
 def serve(
@@ -126,3 +127,5 @@ def serve(
             hand_in(shared, served, name, {**role.state_dict(), "rng": rng_state()})
             continue
         role.step()
+    if isinstance(role, Actor):
+        role.env.close()  # Gymnasium's subprocesses, a simulator's threads: no teardown will close them

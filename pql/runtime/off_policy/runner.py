@@ -5,6 +5,7 @@ supervises them) or interleaved in the main process (runtime.mode=sequential).""
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import torch.multiprocessing as mp
 from torch import nn
@@ -16,6 +17,7 @@ from pql.runtime.contracts import NORMALIZER, Role
 from pql.runtime.control import RatioCounters
 from pql.runtime.divergence import Diverged, check_state
 from pql.runtime.episodes import TRAIN_EPISODE_METRIC
+from pql.runtime.off_policy.actor import Actor
 from pql.runtime.off_policy.learners import replay_layouts
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_main
 from pql.runtime.off_policy.sequential import interleave
@@ -209,3 +211,5 @@ class OffPolicyRunner:
     def close(self) -> None:
         if self.processes is not None:
             self.processes.stop()
+        if "actor" in self.roles:  # sequential: the actor's envs are this process's
+            cast(Actor, self.roles["actor"]).env.close()

@@ -27,7 +27,7 @@ from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
 from pql.runtime.settings import OnPolicySettings, Waits
 from pql.runtime.shared import RunCounters, RunStats, SharedState, make_shared_state
-from pql.runtime.supervisor import ProcessRuntime, role_process
+from pql.runtime.supervisor import ProcessRuntime, exit_without_teardown, role_process
 from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
@@ -133,6 +133,7 @@ def actor_main(settings: OnPolicySettings, shared: ImpalaShared) -> None:
     process = settings.process
     with role_process("actor", shared, process.threads.per_process(2), process.log_path):
         serve_actor(settings, shared)
+    exit_without_teardown()
 
 
 def serve_actor(settings: OnPolicySettings, shared: ImpalaShared) -> None:
@@ -145,6 +146,7 @@ def serve_actor(settings: OnPolicySettings, shared: ImpalaShared) -> None:
     waiter = make_waiter(settings.process.waits, shared, queue, "actor")
     while waiter.wait(actor.ready, lambda: None, "a free trajectory slot"):
         actor.step()
+    actor.worker.env.close()  # Gymnasium's subprocesses, if any: no teardown will close them
 
 
 class ImpalaRunner(OnPolicyRunner):
@@ -180,7 +182,10 @@ class ImpalaRunner(OnPolicyRunner):
     def run(self, monitor) -> None:
         if self.ctx is None:
             actor = ImpalaActor(self.settings, self.shared, self.queue, self.device)
-            self._learn(monitor, lambda: actor.ready() and actor.step())
+            try:
+                self._learn(monitor, lambda: actor.ready() and actor.step())
+            finally:
+                actor.worker.env.close()
             return
         self.processes = processes = ProcessRuntime(
             self.shared,
