@@ -17,9 +17,10 @@ from pql.runtime.evaluation import Evaluator
 from pql.runtime.run import Monitor
 from pql.runtime.settings import MonitorSettings
 from pql.runtime.stopping import StopSignals
+from tasks.base import BatchedEnv
 
 
-class Episodes:
+class Episodes(BatchedEnv):
     """A batched env in plain torch: env i's first episode lasts lengths[i] steps, and each step
     rewards the action's mean; later episodes last max_episode_steps. step() can be held by an
     event, to catch an evaluation in the middle."""
@@ -28,7 +29,6 @@ class Episodes:
         self.num_envs, self.obs_dim, self.act_dim = len(lengths), 3, 2
         self.device = torch.device("cpu")
         self.max_episode_steps = max_episode_steps
-        self.episode_metric = None
         self.action_low, self.action_high = -torch.ones(2), torch.ones(2)
         self.lengths = torch.tensor(lengths)
         self.hold, self.delay_s = hold, delay_s
