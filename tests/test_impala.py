@@ -5,6 +5,7 @@ and the actor-learner agent learns InvertedPendulum in both runtime modes."""
 import pytest
 import torch
 
+from bench.learning import IMPALA
 from pql.algos.impala import Impala
 from pql.config import ImpalaConfig
 
@@ -106,5 +107,5 @@ def test_impala_solves_inverted_pendulum(make_config):
     process is trained through in tests/test_runtime.py (resume) and tests/test_distributed.py."""
     from test_learning import solve_pendulum
 
-    final = solve_pendulum(make_config, ["algo=impala", "runtime.mode=sequential"])
+    final = solve_pendulum(make_config, [*IMPALA, "runtime.mode=sequential"])
     assert final["policy/version_lag"] == 0
