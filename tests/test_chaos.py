@@ -237,8 +237,9 @@ def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
     a random replica (torchrun restarts the workers) and then SIGTERM of every process of the job
     (every replica stops at an agreed step, rank 0 writes its checkpoint, the job ends; relaunched
     as sbatch --requeue would); every launch resumes with checkpoint=auto. Every checkpoint loads, no counter goes
-    back, metrics.csv stays one timeline, no process survives, and a last launch (LAST)
-    solves the task."""
+    back, metrics.csv stays one timeline, no process survives, and a last launch (LAST), two
+    replicas in sequential mode, solves the task as a two-replica run should: rank 0 alone reports,
+    with rank 1's ratios, and Hydra writes nothing outside the run directory."""
     rng = random.Random(0)
     plan = PLAN
     run_dir = tmp_path / "run"
@@ -295,3 +296,5 @@ def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
     assert_one_timeline(metric_rows(run_dir), kept, len(plan))
     load_checkpoint(path)
     assert_last_launch_solved(output, f"chaos under torchrun: {', '.join(hows)}")
+    assert output.count("pql: done") == 1 and "beta_av.rank1 4.00" in output, output[-3000:]
+    assert not (tmp_path / ".hydra").exists() and not os.path.exists(os.path.join(ROOT, ".hydra"))
