@@ -429,7 +429,7 @@ def _twin(
                 break
         else:
             return twin
-    except _Broken:
+    except _Broken:  # the second env broke the contract: its finding is recorded, and it is closed below
         pass
     twin.close()
     return None
@@ -595,7 +595,7 @@ def run_checks(
                     twin.close()
             speed, size = env.num_envs * n / max(seconds, 1e-9), f"{env.num_envs} envs x {n} steps"
             _state_round_trip(contract, draw, QUICK_STEPS + n)
-    except _Broken:
+    except _Broken:  # a call the checks cannot go past: its finding is recorded, the report says which stopped
         pass
     return checks.report(QUICK_CHECKS if quick else CHECKS, speed, size)
 

@@ -54,10 +54,6 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from .base import ActionCheck, BatchedEnv, TaskError
 
 VECTORIZATIONS = {"async": AsyncVectorEnv, "sync": SyncVectorEnv}
-# Async copies fork, Gymnasium's default on Linux, also in pql's role processes, which spawn
-# made and whose own default is therefore spawn: a spawned copy imports pql's main module again
-# (8 Pendulum copies took 9.6 s to start in a role process and 3.8 s to close; forked, 0.06 s).
-START: dict[str, dict] = {"async": {"context": "fork"}, "sync": {}}
 GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 # A rank-2 Box at least this wide on both sides is a grey-scale image (32 x 32 is the smallest
 # common image size); feature tables (points x coordinates, frames x features) are narrower.
@@ -263,10 +259,12 @@ def _start_copies(make, num_envs: int, vectorization: str, name: str, expected: 
     vector_env = cls.__new__(cls)
     failure = None
     try:
-        # copy=False: _flatten copies the observations anyway.
-        vector_env.__init__(
-            [make] * num_envs, copy=False, autoreset_mode=AutoresetMode.SAME_STEP, **START[vectorization]
-        )
+        # copy=False: _flatten copies the observations anyway. Async copies fork, Gymnasium's
+        # default on Linux, also in pql's role processes, which spawn made and whose own default
+        # is therefore spawn: a spawned copy imports pql's main module again (8 Pendulum copies
+        # took 9.6 s to start in a role process and 3.8 s to close; forked, 0.06 s).
+        start = {"context": "fork"} if cls is AsyncVectorEnv else {}
+        vector_env.__init__([make] * num_envs, copy=False, autoreset_mode=AutoresetMode.SAME_STEP, **start)
     except (EOFError, ConnectionError) as err:  # a pipe broke: a copy's subprocess died (and printed why)
         _stop(vector_env)
         raise TaskError(

@@ -144,6 +144,11 @@ class Actor:
         self.ring_writes.mark()
         self._count_landed()
 
+    def close(self) -> None:
+        """Close the envs: a simulator's threads, Gymnasium's subprocesses. A role process exits
+        without the interpreter's teardown (supervisor.exit_without_teardown), which would."""
+        self.env.close()
+
     def state_dict(self) -> dict:
         """The actor's networks and streams, and where its envs stand ("envs": None where the
         envs cannot be saved, as Isaac Gym's: a resume then starts new episodes)."""

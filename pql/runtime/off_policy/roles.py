@@ -128,4 +128,4 @@ def serve(
             continue
         role.step()
     if isinstance(role, Actor):
-        role.env.close()  # Gymnasium's subprocesses, a simulator's threads: no teardown will close them
+        role.close()

@@ -5,7 +5,6 @@ supervises them) or interleaved in the main process (runtime.mode=sequential).""
 from __future__ import annotations
 
 import time
-from typing import cast
 
 import torch.multiprocessing as mp
 from torch import nn
@@ -211,5 +210,5 @@ class OffPolicyRunner:
     def close(self) -> None:
         if self.processes is not None:
             self.processes.stop()
-        if "actor" in self.roles:  # sequential: the actor's envs are this process's
-            cast(Actor, self.roles["actor"]).env.close()
+        if isinstance(actor := self.roles.get("actor"), Actor):  # sequential: its envs are this process's
+            actor.close()

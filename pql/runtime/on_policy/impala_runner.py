@@ -146,7 +146,7 @@ def serve_actor(settings: OnPolicySettings, shared: ImpalaShared) -> None:
     waiter = make_waiter(settings.process.waits, shared, queue, "actor")
     while waiter.wait(actor.ready, lambda: None, "a free trajectory slot"):
         actor.step()
-    actor.worker.env.close()  # Gymnasium's subprocesses, if any: no teardown will close them
+    actor.worker.close()  # before the process exits without the interpreter's teardown (exit_without_teardown)
 
 
 class ImpalaRunner(OnPolicyRunner):
@@ -185,7 +185,7 @@ class ImpalaRunner(OnPolicyRunner):
             try:
                 self._learn(monitor, lambda: actor.ready() and actor.step())
             finally:
-                actor.worker.env.close()
+                actor.worker.close()
             return
         self.processes = processes = ProcessRuntime(
             self.shared,

@@ -38,6 +38,10 @@ class RolloutWorker:
         self.obs = env.reset()
         self.episodes = EpisodeStats(env.num_envs, env.device, episodes, env.episode_metric)
 
+    def close(self) -> None:
+        """Close the envs (Gymnasium's subprocesses, if any)."""
+        self.env.close()
+
     @torch.no_grad()
     def collect(self, policy: GaussianActor, out: dict) -> None:
         """Fill every out[field][t] of `trajectory_spec` (tensors [T, N, ...]) with the next T steps."""
