@@ -116,27 +116,43 @@ class ProcessRuntime:
         print("pql: roles started: " + " ".join(f"{n}={p.pid}" for n, p in self.procs.items()), flush=True)
 
     def check(self) -> None:
-        """Raise RoleFailure if any role reported an error or is no longer alive."""
-        self._raise_reported(timeout=None)
-        for name, p in self.procs.items():
-            if not p.is_alive():
-                self._raise_reported(timeout=1.0)  # a role that raised exits right after queueing its traceback
-                code = p.exitcode
+        """Raise RoleFailure if any role reported an error or is no longer alive, or ReplicaLost if
+        the only news is a role's collective with the other replicas failing.
+
+        A role of this replica that died or raised is the cause, and a lost replica only its
+        echo: when one role dies, its peers in the other replicas stop, and this replica's other
+        roles then lose their collectives too, often before this check runs. Reported as lost,
+        each replica would wait for the other's cause (failure_elsewhere) and neither would have one."""
+        reports = self._reports(wait_s=0.0)
+        dead = [name for name, p in self.procs.items() if not p.is_alive()]
+        if set(dead) - {name for name, _, _ in reports}:
+            reports += self._reports(wait_s=1.0)  # a role that raised exits right after queueing its traceback
+        for name, text, lost in reports:
+            if not lost:
+                raise RoleFailure(f"role {name} failed:\n{text.rstrip()}")
+        reporters = {name for name, _, _ in reports}
+        for name in dead:
+            if name not in reporters:  # died without a word: killed, or out of memory
+                code = self.procs[name].exitcode
                 cause = (
                     f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
                 )
                 raise RoleFailure(f"role {name} died ({cause})")
-
-    def _raise_reported(self, timeout: float | None) -> None:
-        """Raise RoleFailure with the traceback a role queued (ReplicaLost if the role lost the
-        other replicas), if one arrives within `timeout` (None: only one already there)."""
-        try:
-            name, text, lost = self.shared.errors.get(timeout=timeout) if timeout else self.shared.errors.get_nowait()
-        except queue.Empty:
-            return
-        if lost:
+        if reports:
+            name, text, _ = reports[0]
             raise ReplicaLost(f"role {name}: {text}")
-        raise RoleFailure(f"role {name} failed:\n{text.rstrip()}")
+
+    def _reports(self, wait_s: float) -> list[tuple[str, str, bool]]:
+        """The (role, traceback or message, lost a replica) the roles queued: those already there,
+        and with wait_s > 0 the first to arrive within wait_s, with any queued beside it."""
+        reports = []
+        try:
+            if wait_s > 0:
+                reports.append(self.shared.errors.get(timeout=wait_s))
+            while True:
+                reports.append(self.shared.errors.get_nowait())
+        except queue.Empty:
+            return reports
 
     def collect_states(self) -> tuple[dict, dict]:
         """Ask every role for its state and wait (supervising) until all answered (`hand_in`).
