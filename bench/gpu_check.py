@@ -12,7 +12,7 @@ stopped, recorded with the last lines of its output, and the check goes on with 
              envs, and the parts of one step (physics, restart, pql's own work)
     learner  bench/learner.py at batch 8,192, its together run on the MPS path of a training run
              (runtime.mps=auto); with --without-mps a second time with --mps off (learner_no_mps)
-    kernels  bench/kernel_speed.py: Triton vs the PyTorch reference vs torchrl (where it loads)
+    kernels  bench/kernel_speed.py: Triton vs the PyTorch reference vs the flat index vs torchrl (where it loads)
     train    python train.py task=Ant runtime.max_time_s=180
     resume   python train.py task=Ant checkpoint=<train run>/checkpoint.pt runtime.max_time_s=45,
              and a check that its env-step counter went on from the checkpoint's

@@ -4,11 +4,15 @@
     python bench/kernel_speed.py --device cpu [--batch 8192] [--log2-capacities 20 23] [--csv PATH]
 
 Rows: one prioritized-replay step (update B priorities, then draw B) for capacities 2^20 and
-2^23 at B = 8192, as a bare SumTree and through PrioritizedSampler (which adds the priority
-transform and the importance weights); V-trace at T = 32, B = 4096; n-step returns over a
-T = 32, N = 4096 window with n = 3. Columns: the Triton kernel, its PyTorch reference, and
+2^23 at B = 8192, a full replay, as a bare index of the priorities and through
+PrioritizedSampler (which adds the priority transform and the importance weights); V-trace at
+T = 32, B = 4096; n-step returns over a T = 32, N = 4096 window with n = 3. Columns: the Triton
+kernel, its PyTorch reference (for the replay rows: the sum-tree's), the flat index
+(pql/replay/flat_priorities.py: a float64 prefix sum and a binary search per draw), and
 torchrl's PrioritizedSampler (PrioritizedSampler rows, where torchrl and its C++ extension load).
 A Triton cell gives its speed-up over the reference in brackets. --csv writes the raw times.
+The CPU rule of index="auto" (pql/replay/prioritized.py) comes from
+`--device cpu --batch 256 --log2-capacities 16 17 18 19 20 21 22 23`.
 
 GPU timing: triton.testing.do_bench (warm-up, L2 flushed between calls, median). CPU timing:
 wall clock, warm-up, median. The Triton column needs CUDA: on CPU it would time the interpreter.
@@ -28,11 +32,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.learner import CsvRows
 from pql.kernels import INTERPRETING, SumTree, nstep_returns, vtrace
+from pql.replay.flat_priorities import FlatPriorities
 from pql.replay.prioritized import PrioritizedSampler
 
 ALPHA, BETA0, EPS = 0.6, 0.4, 1e-6
 NO_CUDA = "not measured (no CUDA)"
-IMPLS = ("triton", "torch", "torchrl")  # the table's columns, in order
+IMPLS = ("triton", "torch", "flat", "torchrl")  # the table's columns, in order
 
 
 def median_ms(fn, device: torch.device) -> float:
@@ -91,8 +96,9 @@ def record(operation: str, impl: str, microseconds: float | None, note: str = ""
 
 
 def replay_records(capacity: int, batch: int, device: torch.device, measure_triton: bool) -> list[dict]:
-    """One prioritized-replay step, bare SumTree and through PrioritizedSampler (and torchrl's
-    sampler where it loads). -> records {operation, impl, microseconds (None: not measured), note}."""
+    """One prioritized-replay step on a full replay, a bare index and through PrioritizedSampler
+    (and torchrl's sampler where it loads). -> records {operation, impl, microseconds (None: not
+    measured), note}."""
     gen = torch.Generator(device).manual_seed(0)
     priorities = torch.rand(capacity, device=device, generator=gen) + 0.01
     idx = torch.randint(0, capacity, (batch,), device=device, generator=gen)
@@ -113,7 +119,7 @@ def replay_records(capacity: int, batch: int, device: torch.device, measure_trit
         return step
 
     log2 = capacity.bit_length() - 1
-    tree_op = f"SumTree update + sample, capacity 2^{log2}, B={batch}"
+    tree_op = f"index update + sample, capacity 2^{log2}, B={batch}"
     sampler_op = f"PrioritizedSampler update + sample (+ weights), capacity 2^{log2}, B={batch}"
     records = []
     for impl in ("triton", "torch"):
@@ -124,10 +130,20 @@ def replay_records(capacity: int, batch: int, device: torch.device, measure_trit
         tree.reset(priorities)
         records.append(record(tree_op, impl, median_ms(tree_step(tree), device) * 1e3))
         del tree
-        sampler = PrioritizedSampler(capacity, device, alpha=ALPHA, beta0=BETA0, eps=EPS, validate=False, impl=impl)
-        sampler.tree.reset(priorities)
+        sampler = PrioritizedSampler(
+            capacity, device, alpha=ALPHA, beta0=BETA0, eps=EPS, validate=False, impl=impl, index="sum_tree"
+        )
+        sampler.priorities.reset(priorities)
         records.append(record(sampler_op, impl, median_ms(sampler_step(sampler), device) * 1e3))
         del sampler
+    flat = FlatPriorities(capacity, device, validate=False)
+    flat.reset(priorities)
+    records.append(record(tree_op, "flat", median_ms(tree_step(flat), device) * 1e3))
+    del flat
+    sampler = PrioritizedSampler(capacity, device, alpha=ALPHA, beta0=BETA0, eps=EPS, validate=False, index="flat")
+    sampler.priorities.reset(priorities)
+    records.append(record(sampler_op, "flat", median_ms(sampler_step(sampler), device) * 1e3))
+    del sampler
     made, reason = torchrl_sampler(capacity, device)
     if made is None:
         records.append(record(sampler_op, "torchrl", None, reason))
@@ -230,7 +246,7 @@ def main() -> None:
             microseconds=None if r["microseconds"] is None else f"{r['microseconds']:.2f}",
         )
     rows.close()
-    header = ["", "Triton kernel", "PyTorch reference", "torchrl PrioritizedSampler"]
+    header = ["", "Triton kernel", "PyTorch reference", "flat index", "torchrl PrioritizedSampler"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in table_rows(records):

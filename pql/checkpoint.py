@@ -26,8 +26,9 @@ import torch
 FORMAT = "pql-checkpoint"
 FILE_NAME = "checkpoint.pt"  # a run directory's checkpoint: the run writes it, checkpoint=auto resumes it
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a run: Ctrl-C; docker stop, SLURM, `timeout`
-# 2: one layout for every algorithm; 3: the replay, the envs and every role's whole state (docs/checkpoints.md)
-VERSION = 3
+# 2: one layout for every algorithm; 3: the replay, the envs and every role's whole state;
+# 4: a prioritized replay's priorities as its leaves alone (docs/checkpoints.md)
+VERSION = 4
 
 
 class CheckpointError(ValueError):

@@ -197,7 +197,7 @@ def _checkpoint_holds_the_replay() -> bool:
     replay = ReplayBuffer(8, {"obs": ((3,), torch.float32)}, "cpu", PrioritizedSampler(8, impl="torch"))
     replay.add({"obs": torch.ones(5, 3)})
     _, bulk = replay.state()
-    return RuntimeConfig().checkpoint_replay and bulk["storage.obs"].shape == (5, 3) and "sampler.sum_tree" in bulk
+    return RuntimeConfig().checkpoint_replay and bulk["storage.obs"].shape == (5, 3) and "sampler.priorities" in bulk
 
 
 def _checkpoint_holds_the_envs() -> bool:

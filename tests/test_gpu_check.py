@@ -235,8 +235,8 @@ def metrics_csv(path, rows: list[tuple]) -> None:
 KERNEL_ROWS = [
     {"device": "cuda", "operation": op, "impl": impl, "microseconds": us, "note": note}
     for op, impl, us, note in (
-        ("SumTree update + sample, capacity 2^23, B=8192", "triton", "80.5", ""),
-        ("SumTree update + sample, capacity 2^23, B=8192", "torch", "900.0", ""),
+        ("index update + sample, capacity 2^23, B=8192", "triton", "80.5", ""),
+        ("index update + sample, capacity 2^23, B=8192", "torch", "900.0", ""),
         ("V-trace, T=32, B=4096", "triton", "50.0", ""),
         ("V-trace, T=32, B=4096", "torch", "500.0", ""),
         (
@@ -481,7 +481,7 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     assert "| train | 2 | 1,000 | 2 | 2 | 300.0 | 300.0 |" in report
     assert "Shared CUDA tensors: every role let go of the main process's CUDA tensors" in report
     assert "![eval return of the train run](return_curve.png)" in report
-    assert "### kernels bench (Triton vs reference vs torchrl): failed (exit 1)" in report
+    assert "### kernels bench (Triton vs reference vs flat index vs torchrl): failed (exit 1)" in report
     assert "compiling\nboom\n```" in report
     log = (out / "log.txt").read_text()
     assert "===== kernels bench" in log and "boom" in log
@@ -560,7 +560,9 @@ def test_bench_csvs_feed_the_report(tmp_path):
     report = build_report(INFO, [], fig, budget_s=560)
     assert "| pql mujoco | cpu | 2 |" in report
     assert re.search(r"\| pql mujoco \| cpu \| 2 \|( [\d.]+ ms \(\d+%\) \|){3} [\d.]+ ms \|", report), report
-    assert "| SumTree update + sample, capacity 2^6, B=16 | not measured (no CUDA) |" in report
+    # The Triton cell, then the sum-tree's reference and the flat index, both timed on the CPU.
+    kernel_row = r"\| index update \+ sample, capacity 2\^6, B=16 \| not measured \(no CUDA\)( \| [\d,]+ µs){2} \|"
+    assert re.search(kernel_row, report), report
     assert "| V-trace, T=32, B=4096 | not measured (no CUDA) |" in report
 
 
@@ -592,6 +594,7 @@ FIGURE_ROWS = {
     "three roles together / bound": "together_efficiency",
     "the same under MPS": "together_efficiency",
     "Triton sum-tree update + sample": "sumtree_us",
+    "flat index (float64 prefix sum": "flat_us",
     "Triton V-trace": "vtrace_speedup",
     "Ant evaluation (10 episodes)": "eval_s",
     "share of a run's wall time spent evaluating": "eval_share",

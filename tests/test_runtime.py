@@ -487,7 +487,7 @@ def test_actor_priorities_reach_the_replay(make_config):
     for _ in range(shared.ring_slots):
         roles["actor"].step()
     roles["v_learner"].ingest()
-    leaves = roles["v_learner"].replay.sampler.tree.leaves
+    leaves = roles["v_learner"].replay.sampler.priorities.leaves
     filled = leaves[leaves > 0]
     assert filled.numel() == shared.ring_slots * cfg.task.num_envs
     assert filled.unique().numel() > filled.numel() // 2

@@ -157,7 +157,7 @@ class Check:
             ),
             "kernels": Step(
                 "kernels",
-                "kernels bench (Triton vs reference vs torchrl)",
+                "kernels bench (Triton vs reference vs flat index vs torchrl)",
                 bench("kernel_speed.py", "--device", "cuda", "--csv", self.path("kernels")),
                 180,
             ),

@@ -119,7 +119,11 @@ def kernels_section(rows: list[dict]) -> list[str]:
     return [
         "## Kernels (bench/kernel_speed.py, median per call)",
         "",
-        *table(["", "Triton", "PyTorch reference", "torchrl PrioritizedSampler"], kernel_table_rows(records), "lrrr"),
+        *table(
+            ["", "Triton", "PyTorch reference", "flat index", "torchrl PrioritizedSampler"],
+            kernel_table_rows(records),
+            "lrrrr",
+        ),
         "",
     ]
 

@@ -115,7 +115,15 @@ TARGETS = (
         100,
         "us",
         "<=",
-        lambda fig: kernel_time(fig.kernels, "SumTree update + sample, capacity 2^23", "triton"),
+        lambda fig: kernel_time(fig.kernels, "index update + sample, capacity 2^23", "triton"),
+    ),
+    Target(
+        "flat_us",
+        f"flat index (prefix sum) update + sample of {BATCH:,}, capacity 2^23",
+        100,
+        "us",
+        "<=",
+        lambda fig: kernel_time(fig.kernels, "index update + sample, capacity 2^23", "flat"),
     ),
     Target("vtrace_speedup", "Triton V-trace vs the PyTorch recursion", 20, "x", ">=", vtrace_speedup),
     Target(

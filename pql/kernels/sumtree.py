@@ -226,6 +226,29 @@ def sample_from_uniforms(sum_tree: torch.Tensor, u: torch.Tensor, capacity: int,
 # --------------------------------------------------------------------------------------------
 
 
+def check_slots(
+    indices: torch.Tensor, priorities: torch.Tensor | None, capacity: int, device: torch.device, validate: bool
+) -> None:
+    """Raise unless indices is a 1-D int64 tensor on `device` and, when validating, every index is
+    a slot in [0, capacity) and every priority (if given) is finite and >= 0. One host sync, and
+    only when validating."""
+    if indices.dim() != 1 or indices.dtype != torch.int64:
+        raise ValueError(f"indices must be a 1-D int64 tensor, got shape {tuple(indices.shape)} dtype {indices.dtype}")
+    check_same_device(device, indices=indices)
+    if priorities is not None:
+        check_same_device(device, priorities=priorities)
+    if not validate or indices.numel() == 0:
+        return
+    bad_index = (indices < 0) | (indices >= capacity)
+    bad = bad_index if priorities is None else bad_index | ~(priorities >= 0) | torch.isinf(priorities)
+    if bad.any():
+        i = int(bad.nonzero()[0])
+        if bad_index[i]:
+            raise IndexError(f"indices[{i}]={int(indices[i])} is out of range; expected a slot in [0, {capacity})")
+        assert priorities is not None  # without priorities only an index can be bad
+        raise ValueError(f"priorities[{i}]={float(priorities[i])} is not allowed; expected a finite number >= 0")
+
+
 class SumTree:
     """Sum- and min-tree over `capacity` slots on `device`.
 
@@ -259,30 +282,11 @@ class SumTree:
 
     @property
     def leaves(self) -> torch.Tensor:
-        """The priorities of all slots: a [capacity] float32 view (read it, never write it)."""
+        """The priorities of all slots: a [capacity] float32 view (written only to be rebuilt)."""
         return self.sum_tree[self.num_leaves : self.num_leaves + self.capacity]
 
     def check_indices(self, indices: torch.Tensor, priorities: torch.Tensor | None = None) -> None:
-        """Raise unless indices is a 1-D int64 tensor on the tree's device and, when validating,
-        every index is a slot in [0, capacity) and every priority (if given) is finite and >= 0.
-        One host sync, and only when validating."""
-        if indices.dim() != 1 or indices.dtype != torch.int64:
-            raise ValueError(
-                f"indices must be a 1-D int64 tensor, got shape {tuple(indices.shape)} dtype {indices.dtype}"
-            )
-        check_same_device(self.device, indices=indices)
-        if not self.validate or indices.numel() == 0:
-            return
-        bad_index = (indices < 0) | (indices >= self.capacity)
-        bad = bad_index if priorities is None else bad_index | ~(priorities >= 0) | torch.isinf(priorities)
-        if bad.any():
-            i = int(bad.nonzero()[0])
-            if bad_index[i]:
-                raise IndexError(
-                    f"indices[{i}]={int(indices[i])} is out of range; expected a slot in [0, {self.capacity})"
-                )
-            assert priorities is not None  # without priorities only an index can be bad
-            raise ValueError(f"priorities[{i}]={float(priorities[i])} is not allowed; expected a finite number >= 0")
+        check_slots(indices, priorities, self.capacity, self.device, self.validate)
 
     def update(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """Set the priorities of slots `indices`.
@@ -296,7 +300,6 @@ class SumTree:
                 f"priorities must be a float tensor of shape {tuple(indices.shape)} "
                 f"(one per index), got shape {tuple(priorities.shape)} dtype {priorities.dtype}"
             )
-        check_same_device(self.device, priorities=priorities)
         priorities = priorities.to(torch.float32)
         self.check_indices(indices, priorities)
         if indices.numel() == 0:
@@ -306,12 +309,18 @@ class SumTree:
         else:
             _update_torch(self.sum_tree, self.min_tree, indices, priorities)
 
+    def writes_cheaper_than_reset(self, count: int) -> bool:
+        """Whether updating `count` slots costs less than a reset: `count` paths of log2(P) nodes
+        against the 2P nodes of a rebuild (a few thousand slots in a tree of millions: the writes)."""
+        return count * (self.num_leaves.bit_length() - 1) < self.num_leaves
+
     def total(self) -> torch.Tensor:
         """Sum of all priorities: 0-dim float32 on device."""
         return self.sum_tree[1]
 
-    def min(self) -> torch.Tensor:
-        """Least positive priority (+inf when none): 0-dim float32 on device."""
+    def min(self, size: int | None = None) -> torch.Tensor:
+        """Least positive priority (+inf when none): 0-dim float32 on device. size: ignored (the
+        root covers every slot at no cost; FlatPriorities.min's counterpart)."""
         return self.min_tree[1]
 
     def get(self, indices: torch.Tensor) -> torch.Tensor:
@@ -319,10 +328,13 @@ class SumTree:
         self.check_indices(indices)
         return self.leaves.index_select(0, indices)
 
-    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    def sample(
+        self, batch_size: int, generator: torch.Generator | None = None, size: int | None = None
+    ) -> torch.Tensor:
         """[batch_size] int64 slots, slot j with probability priority_j / total (stratified:
         one uniform draw in each of batch_size equal strata of the total). generator: a
-        torch.Generator on the tree's device, or None for the default one."""
+        torch.Generator on the tree's device, or None for the default one. size: ignored (a walk
+        costs log2(P) at any size; FlatPriorities.sample's counterpart)."""
         if not isinstance(batch_size, int) or batch_size < 0:
             raise ValueError(f"batch_size={batch_size!r} is not allowed; expected an integer >= 0")
         if self.validate and batch_size and not self.total() > 0:
@@ -339,9 +351,14 @@ class SumTree:
             )
         if self.validate and not (torch.isfinite(priorities) & (priorities >= 0)).all():
             raise ValueError("priorities must be finite and >= 0")
+        self.leaves.copy_(priorities)
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        """Make every other node from the leaves (`leaves`, after they were written in place: a
+        checkpoint's priorities); O(P)."""
         padded = self.sum_tree[self.num_leaves :]
-        padded.zero_()
-        padded[: self.capacity] = priorities
+        padded[self.capacity :] = 0
         self.min_tree[self.num_leaves :] = torch.where(padded > 0, padded, math.inf)
         # Same float operations as the updates, level by level, so the invariant holds exactly.
         width = self.num_leaves

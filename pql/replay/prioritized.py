@@ -1,11 +1,12 @@
 """Prioritized experience replay sampler (Schaul et al. 2016), on the sum-tree of
-pql/kernels/sumtree.py. Implements the sampler contract of docs/architecture.md (Replay).
+pql/kernels/sumtree.py or the flat prefix sum of pql/replay/flat_priorities.py (`choose_index`).
+Implements the sampler contract of docs/architecture.md (Replay).
 
-Priorities, as stored in the tree (p_i^alpha in the paper's notation, so P(i) = leaf_i / total):
+Priorities, as stored in the index (p_i^alpha in the paper's notation, so P(i) = leaf_i / total):
   proportional: leaf_i = (|delta_i| + eps)^alpha
   rank:         leaf_i = (1 / rank_i)^alpha, rank 1 = the largest |delta| in the buffer
 Importance weights: w_i = (N P(i))^-beta / max_j w_j = (leaf_i / min_j leaf_j)^-beta, the max
-weight coming from the least priority (the tree's min), as Schaul et al.; beta goes linearly
+weight coming from the least priority (the index's min), as Schaul et al.; beta goes linearly
 from beta0 to 1 over `beta_anneal_updates` sample calls.
 
 New items enter at the running maximum priority (the largest ever written, initially 1), so
@@ -13,7 +14,7 @@ each is sampled soon after it arrives. Valid items are the slots [0, size) of th
 `size` that ReplayBuffer passes to sample().
 
 Rank mode keeps |delta| per slot and re-ranks the buffer with a stable sort (ties by slot),
-then writes the leaves (a tree rebuild, or an update of the ranked leaves while they are few).
+then writes the leaves (a reset of them all, or an update of the ranked leaves while they are few).
 Sorting every update would cost O(N log N) per critic update (0.8 s at 5M items on a 2-core
 CPU, docs/kernels.md), so, as Schaul et al. re-sort only periodically, a ranking serves
 `rerank_every` sample calls before the next re-rank. Between re-ranks, a written item takes the
@@ -24,8 +25,8 @@ sorted |delta|, ranking after the items tied with it:
                             + (items that entered at the max since the re-rank, before it)
 so new items rank just below the ones already at the max, one after another as they arrive,
 as ties at the max do in an exact ranking. Estimated ranks may repeat; sampling and the
-importance weights follow the tree's leaves as they are, so both stay exact for the tree that
-is sampled. rerank_every=None re-ranks after ceil(size / batch_size) sample calls, about one
+importance weights follow the leaves as they are, so both stay exact for the index that is
+sampled. rerank_every=None re-ranks after ceil(size / batch_size) sample calls, about one
 buffer's worth of priority writes: the sort's O(N log N) is spread over N writes, O(log N) per
 write like the tree update itself, and a buffer no larger than a batch is ranked exactly.
 """
@@ -35,8 +36,29 @@ from __future__ import annotations
 import torch
 
 from pql.kernels.sumtree import SumTree, last_write_wins
+from pql.replay.flat_priorities import FlatPriorities
 
 MODES = ("proportional", "rank")
+INDEXES = ("auto", "sum_tree", "flat")
+# The most items the flat index serves on the CPU under index="auto": a draw's O(size) prefix sum
+# costs what the sum-tree's O(B log P) walks cost near 2^17 items at batch 256 on 2 cores, and
+# 5-8 times less at 2^16 (docs/benchmarks.md#kernels, bench/kernel_speed.py). On CUDA the
+# sum-tree's Triton kernels serve every size until a GPU has measured the two.
+FLAT_MAX_SIZE_CPU = 2**17
+
+
+def choose_index(index: str, size: int, device: torch.device) -> str:
+    """The index that `index` means for a replay of `size` items on `device`: "flat" or
+    "sum_tree" ("auto": the flat index while a CPU replay holds at most FLAT_MAX_SIZE_CPU)."""
+    if index != "auto":
+        return index
+    return "flat" if device.type == "cpu" and size <= FLAT_MAX_SIZE_CPU else "sum_tree"
+
+
+def _make_index(index: str, capacity: int, device: torch.device, validate: bool, impl: str):
+    if index == "flat":
+        return FlatPriorities(capacity, device, validate=validate)
+    return SumTree(capacity, device, validate=validate, impl=impl)
 
 
 def _check_number(name: str, value, ok: bool, allowed: str) -> None:
@@ -56,11 +78,15 @@ class PrioritizedSampler:
     beta_anneal_updates > 0 (sample calls over which beta reaches 1); eps > 0.
     validate=True checks every input: a device-to-host sync per call (two in update()); a CUDA
     hot loop whose inputs are known good may turn it off.
+    index: "sum_tree", "flat" (pql/replay/flat_priorities.py) or "auto": the index `choose_index`
+    gives for the most items drawn among so far, moving once from the flat index to the sum-tree
+    as a CPU replay grows past FLAT_MAX_SIZE_CPU (the leaves carry over; a draw the move is made
+    for is the tree's already).
     impl: "auto", "triton" or "torch" for the sum-tree kernels.
     rerank_every (rank mode only): sample calls a ranking serves before the next re-rank, an
     integer >= 1 (1: re-rank at every sample after a change, exact ranks), or None: ceil(size /
     batch_size) of the sample call that re-ranks (see the module docstring).
-    Memory in rank mode: 8 bytes per slot beside the tree (|delta| and the last ranking's).
+    Memory in rank mode: 8 bytes per slot beside the index (|delta| and the last ranking's).
     """
 
     def __init__(
@@ -75,6 +101,7 @@ class PrioritizedSampler:
         validate: bool = True,
         impl: str = "auto",
         rerank_every: int | None = None,
+        index: str = "auto",
     ):
         _check_number("mode", mode, mode in MODES, f"one of {', '.join(MODES)}")
         _check_number("alpha", alpha, alpha >= 0, "a number >= 0")
@@ -93,11 +120,17 @@ class PrioritizedSampler:
             "an integer >= 1 (sample calls between re-ranks) or None (size / batch_size)",
         )
         self.mode, self.alpha, self.beta0, self.eps = mode, float(alpha), float(beta0), float(eps)
+        _check_number("index", index, index in INDEXES, f"one of {', '.join(INDEXES)}")
         self.kind = sampler_kind(mode)
         self.beta_anneal_updates = beta_anneal_updates
         self.validate = validate
-        self.tree = SumTree(capacity, device, validate=validate, impl=impl)
-        self.capacity, self.device = capacity, self.tree.device
+        self.index_rule, self.impl = index, impl
+        self.largest_size = 0  # the most items a draw was made among: what "auto" follows
+        self.index = choose_index(index, 0, torch.device(device))
+        self.priorities: SumTree | FlatPriorities = _make_index(
+            self.index, capacity, torch.device(device), validate, impl
+        )
+        self.capacity, self.device = capacity, self.priorities.device
         self.num_samples = 0
         # Running max, kept on the device so that adding and updating never sync: in tree units
         # (leaf) for proportional mode, in |delta| for rank mode.
@@ -114,13 +147,15 @@ class PrioritizedSampler:
             self._new_at_max = 0
 
     def state(self) -> tuple[dict, dict[str, torch.Tensor]]:
-        """(scalars, tensors) that restore this sampler exactly: the tree, the running max, the
-        anneal count, and in rank mode the |delta| per slot and the last ranking's state."""
+        """(scalars, tensors) that restore this sampler exactly: the priorities (the leaves, from
+        which either index rebuilds the rest), the running max, the anneal count, and in rank mode
+        the |delta| per slot and the last ranking's state."""
         small = {
             "num_samples": self.num_samples,
+            "largest_size": self.largest_size,
             "max_priority": self.max_priority.item(),
         }
-        bulk = {"sum_tree": self.tree.sum_tree, "min_tree": self.tree.min_tree}
+        bulk = {"priorities": self.priorities.leaves}
         if self.mode == "rank":
             small.update(
                 uses_left=self._uses_left,
@@ -132,14 +167,17 @@ class PrioritizedSampler:
         return small, bulk
 
     def state_targets(self, small: dict) -> dict[str, torch.Tensor]:
-        """Where a saved state's tensors go (`state`'s order): the tree's own tensors in place."""
-        targets = {"sum_tree": self.tree.sum_tree, "min_tree": self.tree.min_tree}
+        """Where a saved state's tensors go (`state`'s order): the index's leaves in place."""
+        targets = {"priorities": self.priorities.leaves}
         if self.mode == "rank":
             self._ranked_neg_td = torch.empty(small["ranked"], dtype=torch.float32, device=self.device)
             targets.update(td_abs=self.td_abs, ranked_neg_td=self._ranked_neg_td)
         return targets
 
     def load_state(self, small: dict) -> None:
+        self.priorities.rebuild()
+        self.largest_size = small["largest_size"]
+        self._follow_size()  # the index the saved sampler had, unless this device's rule differs
         self.num_samples = small["num_samples"]
         self.max_priority.fill_(small["max_priority"])
         if self.mode == "rank":
@@ -158,7 +196,7 @@ class PrioritizedSampler:
             self.update(indices, td_abs)
             return
         if self.mode == "proportional":
-            self.tree.update(indices, self.max_priority.expand(indices.shape))
+            self.priorities.update(indices, self.max_priority.expand(indices.shape))
             return
         self._set_td_abs(indices, self.max_priority.expand(indices.shape))
         if self._estimates_ranks():
@@ -167,7 +205,7 @@ class PrioritizedSampler:
                 + self._new_at_max
                 + torch.arange(indices.numel(), device=self.device)
             )
-            self.tree.update(indices, ranks.to(torch.float32).pow(-self.alpha))
+            self.priorities.update(indices, ranks.to(torch.float32).pow(-self.alpha))
         self._new_at_max += indices.numel()
 
     def update(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
@@ -191,16 +229,16 @@ class PrioritizedSampler:
         td_abs = td_abs.detach().to(torch.float32)
         if self.mode == "proportional":
             priorities = (td_abs + self.eps).pow(self.alpha)
-            self.tree.update(indices, priorities)
+            self.priorities.update(indices, priorities)
             torch.maximum(self.max_priority, priorities.max(), out=self.max_priority)
         else:
             self._set_td_abs(indices, td_abs)
             if self._estimates_ranks():
-                self.tree.update(indices, self._ranks_after(td_abs).to(torch.float32).pow(-self.alpha))
+                self.priorities.update(indices, self._ranks_after(td_abs).to(torch.float32).pow(-self.alpha))
             torch.maximum(self.max_priority, td_abs.max(), out=self.max_priority)
 
     def _set_td_abs(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
-        self.tree.check_indices(indices)
+        self.priorities.check_indices(indices)
         if indices.numel():
             slots, last = last_write_wins(indices)
             self.td_abs.index_copy_(0, slots, td_abs.index_select(0, last))
@@ -218,19 +256,27 @@ class PrioritizedSampler:
         # Ordinal ranks: a stable descending sort gives tied |delta| consecutive ranks by slot.
         ranked_td, order = torch.sort(self.td_abs[:size], descending=True, stable=True)
         leaves = torch.arange(1, size + 1, dtype=torch.float32, device=self.device).pow_(-self.alpha)
-        # Slots from `size` on were never written, so their leaves are 0 already. A rebuild touches
-        # all 2P nodes; updating the ranked leaves touches size * log2(P): early in a run, with a
-        # few thousand items in a tree of millions, the update is the cheaper (same tree, bit for bit).
-        if size * (self.tree.num_leaves.bit_length() - 1) < self.tree.num_leaves:
-            self.tree.update(order, leaves)
+        # Slots from `size` on were never written, so their leaves are 0 already, and writing only
+        # the ranked ones gives the same index, bit for bit, as a reset.
+        if self.priorities.writes_cheaper_than_reset(size):
+            self.priorities.update(order, leaves)
         else:
-            self.tree.reset(
+            self.priorities.reset(
                 torch.zeros(self.capacity, dtype=torch.float32, device=self.device).index_copy_(0, order, leaves)
             )
         self._ranked_neg_td = ranked_td.neg_()
         self._uses_left = self.rerank_every or -(-size // max(1, batch_size))
         self._changed = False
         self._new_at_max = 0
+
+    def _follow_size(self) -> None:
+        """Move the priorities to the index that the rule gives for `largest_size`, if another."""
+        index = choose_index(self.index_rule, self.largest_size, self.device)
+        if index != self.index:
+            moved = _make_index(index, self.capacity, self.device, self.validate, self.impl)
+            moved.leaves.copy_(self.priorities.leaves)
+            moved.rebuild()
+            self.index, self.priorities = index, moved
 
     def sample(
         self, batch_size: int, size: int, generator: torch.Generator | None = None
@@ -243,15 +289,18 @@ class PrioritizedSampler:
             isinstance(size, int) and 0 < size <= self.capacity,
             f"an integer in [1, {self.capacity}] (the number of items in the buffer)",
         )
+        if size > self.largest_size:
+            self.largest_size = size
+            self._follow_size()
         if self.mode == "rank":
             if self._ranked_neg_td.numel() == 0 or (self._changed and self._uses_left <= 0):
                 self._rerank(size, batch_size)
             self._uses_left -= 1
-        indices = self.tree.sample(batch_size, generator)
+        indices = self.priorities.sample(batch_size, generator, size)
         beta = self.beta
         self.num_samples += 1
-        # Slots from the tree are in range by construction: read the leaves without get()'s check.
-        weights = (self.tree.leaves.index_select(0, indices) / self.tree.min()).pow(-beta)
+        # Drawn slots are in range by construction: read the leaves without get()'s check.
+        weights = (self.priorities.leaves.index_select(0, indices) / self.priorities.min(size)).pow(-beta)
         return indices, weights
 
 

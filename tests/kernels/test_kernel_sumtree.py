@@ -75,6 +75,29 @@ def test_duplicates_last_write_wins_across_launches(case):
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("capacity", [1023, 1024, 1025])
+def test_capacity_boundaries_duplicates_and_zeros_in_one_batch(case, capacity):
+    """Around a power of two (1025 slots pad to 2048 leaves): one batch writes the first and the
+    last slot three times each and a slot between them twice, zeros among the writes. The last
+    write of each wins, the tree is its reference's node for node, and draws land on the two
+    slots left positive, never on a zero or the padding."""
+    tree, ref = trees(capacity, case)
+    dev = tree.device
+    last = capacity - 1
+    idx = torch.tensor([0, last, 5, last, 0, last, 5, 0], device=dev)
+    prio = torch.tensor([9.0, 1.0, 3.0, 0.0, 0.0, 2.0, 0.0, 0.25], device=dev)
+    for t in (tree, ref):
+        t.update(idx, prio)
+    assert tree.leaves[[0, 5, last]].tolist() == [0.25, 0.0, 2.0]
+    assert torch.equal(tree.sum_tree, ref.sum_tree) and torch.equal(tree.min_tree, ref.min_tree)
+    assert_consistent(tree)
+    assert tree.min().item() == 0.25 and tree.total().item() == 2.25
+    drawn = tree.sample(64, torch.Generator(dev).manual_seed(0))
+    assert torch.equal(drawn, ref.sample(64, torch.Generator(dev).manual_seed(0)))
+    assert set(drawn.tolist()) == {0, last}
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_min_excludes_zero_and_padding(case):
     tree = trees(5, case)[0]
     dev = tree.device

@@ -1,5 +1,6 @@
-"""PrioritizedSampler: sampling law (chi-square), importance weights, beta annealing, new-item
-priority, state round trip, argument checks; sequence_priority."""
+"""PrioritizedSampler on either index (the sum-tree's kernels, the flat prefix sum): sampling law
+(chi-square), importance weights, beta annealing, new-item priority, state round trip, argument
+checks; sequence_priority."""
 
 import pytest
 import torch
@@ -10,12 +11,24 @@ from pql.kernels.sumtree import SumTree
 from pql.replay.prioritized import PrioritizedSampler, sequence_priority
 
 MODES = ["proportional", "rank"]
+# (impl, device, index): the sum-tree in each of the kernel cases, and the flat index on the CPU
+# and on a GPU.
+TREE_CASES = [pytest.param((*c.values[0], "sum_tree"), id=c.id, marks=c.marks) for c in CASES]
+SAMPLER_CASES = [
+    *TREE_CASES,
+    pytest.param(("torch", "cpu", "flat"), id="flat-cpu"),
+    pytest.param(
+        ("torch", "cuda", "flat"),
+        id="flat-cuda",
+        marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")],
+    ),
+]
 
 
 def filled(case, mode, capacity=50, size=40, seed=0, **kwargs):
     """A sampler with `size` items added, then given random |TD errors|: (sampler, td_abs [size])."""
-    impl, device = case
-    sampler = PrioritizedSampler(capacity, device, mode=mode, impl=impl, **kwargs)
+    impl, device, index = case
+    sampler = PrioritizedSampler(capacity, device, mode=mode, impl=impl, index=index, **kwargs)
     sampler.on_add(torch.arange(size, device=device))
     td = torch.rand(size, generator=torch.Generator().manual_seed(seed)) * 3
     sampler.update(torch.arange(size, device=device), td.to(device))
@@ -34,7 +47,7 @@ def expected_probabilities(mode, td, alpha, eps):
     return p**alpha / (p**alpha).sum()
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", SAMPLER_CASES)
 @pytest.mark.parametrize("mode", MODES)
 def test_frequencies_match_the_priorities(case, mode):
     sampler, td = filled(case, mode, alpha=0.7)
@@ -50,7 +63,7 @@ def test_frequencies_match_the_priorities(case, mode):
     assert stats.chisquare(counts[:40].double().numpy(), expected.numpy()).pvalue > 1e-3
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", SAMPLER_CASES)
 @pytest.mark.parametrize("mode", MODES)
 def test_weights_follow_the_formula(case, mode):
     sampler, td = filled(case, mode, alpha=0.6, beta0=0.4, beta_anneal_updates=4)
@@ -66,8 +79,9 @@ def test_weights_follow_the_formula(case, mode):
     assert sampler.beta == 1.0
 
 
-def test_beta_anneals_linearly_then_stays_at_one():
-    sampler = PrioritizedSampler(8, beta0=0.2, beta_anneal_updates=4, impl="torch")
+@pytest.mark.parametrize("index", ["sum_tree", "flat"])
+def test_beta_anneals_linearly_then_stays_at_one(index):
+    sampler = PrioritizedSampler(8, beta0=0.2, beta_anneal_updates=4, impl="torch", index=index)
     sampler.on_add(torch.arange(8))
     betas = []
     for _ in range(6):
@@ -76,31 +90,31 @@ def test_beta_anneals_linearly_then_stays_at_one():
     assert betas == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0, 1.0])
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", SAMPLER_CASES)
 def test_new_items_enter_at_the_running_max_priority(case):
-    impl, device = case
-    sampler = PrioritizedSampler(8, device, alpha=0.5, eps=1e-6, impl=impl)
+    impl, device, index = case
+    sampler = PrioritizedSampler(8, device, alpha=0.5, eps=1e-6, impl=impl, index=index)
     sampler.on_add(torch.arange(4, device=device))
-    assert sampler.tree.leaves[:4].tolist() == [1.0] * 4  # nothing seen yet: priority 1
+    assert sampler.priorities.leaves[:4].tolist() == [1.0] * 4  # nothing seen yet: priority 1
     sampler.update(torch.tensor([0, 1], device=device), torch.tensor([8.0, 0.5], device=device))
     sampler.update(torch.tensor([0], device=device), torch.tensor([0.1], device=device))
     sampler.on_add(torch.tensor([5], device=device))
     # The max ever written, (8 + eps)^0.5, though slot 0 has since dropped to 0.1.
-    assert sampler.tree.leaves[5].item() == pytest.approx((8 + 1e-6) ** 0.5)
+    assert sampler.priorities.leaves[5].item() == pytest.approx((8 + 1e-6) ** 0.5)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", SAMPLER_CASES)
 def test_new_items_can_bring_their_own_priorities(case):
     """Ape-X: priorities computed where the data is made replace the max priority."""
-    impl, device = case
-    sampler = PrioritizedSampler(8, device, alpha=0.5, eps=1e-6, impl=impl)
+    impl, device, index = case
+    sampler = PrioritizedSampler(8, device, alpha=0.5, eps=1e-6, impl=impl, index=index)
     sampler.on_add(torch.arange(3, device=device), torch.tensor([4.0, 0.0, 1.0], device=device))
-    torch.testing.assert_close(sampler.tree.leaves[:3].cpu(), torch.tensor([4.0, 0.0, 1.0]).add(1e-6).sqrt())
+    torch.testing.assert_close(sampler.priorities.leaves[:3].cpu(), torch.tensor([4.0, 0.0, 1.0]).add(1e-6).sqrt())
     sampler.on_add(torch.tensor([3], device=device))  # and raise the running max new items get
-    assert sampler.tree.leaves[3].item() == pytest.approx((4 + 1e-6) ** 0.5)
+    assert sampler.priorities.leaves[3].item() == pytest.approx((4 + 1e-6) ** 0.5)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", SAMPLER_CASES)
 @pytest.mark.parametrize("mode", MODES)
 def test_duplicate_updates_keep_the_last(case, mode):
     sampler, td = filled(case, mode, capacity=8, size=8)
@@ -109,21 +123,24 @@ def test_duplicate_updates_keep_the_last(case, mode):
     td[2], td[5] = 0.25, 0.0
     sampler.sample(1, 8)  # rank mode re-ranks here
     probs = expected_probabilities(mode, td, sampler.alpha, sampler.eps)
-    torch.testing.assert_close((sampler.tree.leaves / sampler.tree.total()).double().cpu(), probs, rtol=1e-5, atol=1e-7)
+    shares = (sampler.priorities.leaves / sampler.priorities.total()).double().cpu()
+    torch.testing.assert_close(shares, probs, rtol=1e-5, atol=1e-7)
 
 
-def test_rank_mode_reranks_when_the_buffer_grows():
-    sampler = PrioritizedSampler(6, mode="rank", alpha=1.0, impl="torch")
+@pytest.mark.parametrize("index", ["sum_tree", "flat"])
+def test_rank_mode_reranks_when_the_buffer_grows(index):
+    sampler = PrioritizedSampler(6, mode="rank", alpha=1.0, impl="torch", index=index)
     sampler.on_add(torch.arange(2))
     sampler.update(torch.arange(2), torch.tensor([1.0, 2.0]))
     sampler.sample(2, 2)
-    assert sampler.tree.leaves.tolist() == [0.5, 1.0, 0, 0, 0, 0]
+    assert sampler.priorities.leaves.tolist() == [0.5, 1.0, 0, 0, 0, 0]
     sampler.on_add(torch.tensor([2]))  # at the running max |delta| = 2: ties rank by slot
     sampler.sample(2, 3)
-    assert sampler.tree.leaves.tolist() == pytest.approx([1 / 3, 1.0, 0.5, 0, 0, 0])
+    assert sampler.priorities.leaves.tolist() == pytest.approx([1 / 3, 1.0, 0.5, 0, 0, 0])
 
 
-def test_rank_mode_sorts_at_most_once_per_rerank_every_samples(monkeypatch):
+@pytest.mark.parametrize("index", ["sum_tree", "flat"])
+def test_rank_mode_sorts_at_most_once_per_rerank_every_samples(monkeypatch, index):
     """The cap itself: with updates between all sample calls, a sort every call uncapped."""
     sorts = []
     real_sort = torch.sort
@@ -131,7 +148,7 @@ def test_rank_mode_sorts_at_most_once_per_rerank_every_samples(monkeypatch):
     gen = torch.Generator().manual_seed(0)
     for rerank_every, batch_size, expected in [(1, 64, 12), (5, 64, 3), (None, 64, 12), (None, 16, 3)]:
         sorts.clear()
-        sampler = PrioritizedSampler(64, mode="rank", impl="torch", rerank_every=rerank_every)
+        sampler = PrioritizedSampler(64, mode="rank", impl="torch", rerank_every=rerank_every, index=index)
         sampler.on_add(torch.arange(64))
         for _ in range(12):
             idx, _ = sampler.sample(batch_size, 64, gen)
@@ -140,30 +157,31 @@ def test_rank_mode_sorts_at_most_once_per_rerank_every_samples(monkeypatch):
         assert len(sorts) == expected, (rerank_every, batch_size)
 
 
-def test_rank_estimates_between_reranks_follow_the_documented_rule():
-    sampler = PrioritizedSampler(8, mode="rank", alpha=1.0, impl="torch", rerank_every=3)
+@pytest.mark.parametrize("index", ["sum_tree", "flat"])
+def test_rank_estimates_between_reranks_follow_the_documented_rule(index):
+    sampler = PrioritizedSampler(8, mode="rank", alpha=1.0, impl="torch", rerank_every=3, index=index)
     sampler.on_add(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]))
     sampler.sample(2, 4)  # ranks 4, 3, 2, 1
-    assert sampler.tree.leaves.tolist() == pytest.approx([1 / 4, 1 / 3, 1 / 2, 1, 0, 0, 0, 0])
+    assert sampler.priorities.leaves.tolist() == pytest.approx([1 / 4, 1 / 3, 1 / 2, 1, 0, 0, 0, 0])
     # rank = 1 + #{ranked |delta| >= the new |delta|}: 2.5 -> 3, 4 -> 2 (after its tie), 10 -> 1
     sampler.update(torch.tensor([0, 1, 2]), torch.tensor([2.5, 4.0, 10.0]))
     # New items at the max (10): after the ranked ones at 10 (none), then in order of arrival.
     sampler.on_add(torch.tensor([4, 5]))
     sampler.sample(2, 6)
     sampler.on_add(torch.tensor([6]))
-    assert sampler.tree.leaves.tolist() == pytest.approx([1 / 3, 1 / 2, 1, 1, 1, 1 / 2, 1 / 3, 0])
+    assert sampler.priorities.leaves.tolist() == pytest.approx([1 / 3, 1 / 2, 1, 1, 1, 1 / 2, 1 / 3, 0])
     sampler.sample(2, 7)  # the third call of this ranking: no re-rank yet
-    assert sampler.tree.leaves[6].item() == pytest.approx(1 / 3)
+    assert sampler.priorities.leaves[6].item() == pytest.approx(1 / 3)
     sampler.sample(2, 7)  # exact again: 10 (slots 2, 4, 5, 6), 4 (slots 1, 3), 2.5 (slot 0)
-    assert sampler.tree.leaves.tolist() == pytest.approx([1 / 7, 1 / 5, 1, 1 / 6, 1 / 2, 1 / 3, 1 / 4, 0])
+    assert sampler.priorities.leaves.tolist() == pytest.approx([1 / 7, 1 / 5, 1, 1 / 6, 1 / 2, 1 / 3, 1 / 4, 0])
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", TREE_CASES)
 def test_rerank_of_a_few_items_in_a_large_tree_equals_a_rebuild(case, monkeypatch):
-    impl, device = case
+    impl, device, _ = case
     sampler, td = filled(case, "rank", capacity=4096, size=100, alpha=0.7)
     rebuilds = []
-    monkeypatch.setattr(sampler.tree, "reset", rebuilds.append)
+    monkeypatch.setattr(sampler.priorities, "reset", rebuilds.append)
     sampler.sample(8, 100)
     assert rebuilds == []  # 100 * log2(4096) < 4096 nodes: the ranked leaves are updated in place
     order = torch.sort(td.to(device), descending=True, stable=True).indices
@@ -172,15 +190,15 @@ def test_rerank_of_a_few_items_in_a_large_tree_equals_a_rebuild(case, monkeypatc
     )
     rebuilt = SumTree(4096, device, impl=impl)
     rebuilt.reset(leaves)
-    assert torch.equal(sampler.tree.sum_tree, rebuilt.sum_tree)
-    assert torch.equal(sampler.tree.min_tree, rebuilt.min_tree)
+    assert torch.equal(sampler.priorities.sum_tree, rebuilt.sum_tree)
+    assert torch.equal(sampler.priorities.min_tree, rebuilt.min_tree)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_rank_mode_between_reranks_samples_and_weighs_by_the_tree(case):
+@pytest.mark.parametrize("case", SAMPLER_CASES)
+def test_rank_mode_between_reranks_samples_and_weighs_by_the_index(case):
     """Estimated leaves: frequencies proportional to the leaves, weights (leaf / min leaf)^-beta
     in (0, 1], new items drawn in the next batch; exact ranks again after the re-rank."""
-    impl, device = case
+    impl, device, _ = case
     sampler, td = filled(case, "rank", capacity=300, size=256, alpha=0.6, beta0=0.5, rerank_every=30)
     gen = torch.Generator(device).manual_seed(4)
     sampler.sample(256, 256, gen)  # the ranking's first call ranks exactly
@@ -193,7 +211,7 @@ def test_rank_mode_between_reranks_samples_and_weighs_by_the_tree(case):
     new = torch.arange(256, 266, device=device)
     sampler.on_add(new)
     td = torch.cat([td, sampler.max_priority.cpu().expand(10)])
-    leaves = sampler.tree.leaves.cpu().double()
+    leaves = sampler.priorities.leaves.cpu().double()
     exact = expected_probabilities("rank", td, 0.6, sampler.eps)
     assert not torch.allclose(leaves[:266] / leaves.sum(), exact, rtol=1e-3)  # estimates, not ranks
     # A new item's leaf spans two strata of a 512 batch, so the next batch draws every one.
@@ -205,23 +223,23 @@ def test_rank_mode_between_reranks_samples_and_weighs_by_the_tree(case):
         idx, weights = sampler.sample(1000, 266, gen)
         idx, weights = idx.cpu(), weights.cpu()
         assert ((weights > 0) & (weights <= 1)).all()
-        # Normalised by the least leaf of the tree sampled: weight 1 there.
+        # Normalised by the least leaf of the index sampled: weight 1 there.
         torch.testing.assert_close(weights.double(), (leaves[idx] / leaves[:266].min()) ** -beta, rtol=2e-5, atol=1e-7)
         counts += torch.bincount(idx, minlength=300)
-    assert torch.equal(sampler.tree.leaves.cpu().double(), leaves)  # 27 calls: the same ranking
+    assert torch.equal(sampler.priorities.leaves.cpu().double(), leaves)  # 27 calls: the same ranking
     assert counts[266:].sum() == 0
     expected = leaves[:266] / leaves.sum() * counts.sum()
     assert stats.chisquare(counts[:266].double().numpy(), expected.numpy()).pvalue > 1e-3
     for _ in range(3):
         sampler.sample(1, 266)  # the ranking's 28th to 30th calls
-    assert torch.equal(sampler.tree.leaves.cpu().double(), leaves)
+    assert torch.equal(sampler.priorities.leaves.cpu().double(), leaves)
     sampler.sample(1, 266)
     torch.testing.assert_close(
-        (sampler.tree.leaves[:266] / sampler.tree.total()).double().cpu(), exact, rtol=1e-5, atol=1e-7
+        (sampler.priorities.leaves[:266] / sampler.priorities.total()).double().cpu(), exact, rtol=1e-5, atol=1e-7
     )
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", SAMPLER_CASES)
 def test_empty_batch(case):
     sampler, _ = filled(case, "proportional")
     dev = sampler.device
@@ -239,6 +257,7 @@ def test_bad_arguments_are_rejected():
         (dict(beta_anneal_updates=0), "beta_anneal_updates=0 is not allowed"),
         (dict(eps=0.0), "eps=0.0 is not allowed"),
         (dict(rerank_every=0), "rerank_every=0 is not allowed; expected an integer >= 1"),
+        (dict(index="heap"), "index='heap' is not allowed; expected one of auto, sum_tree, flat"),
     ]:
         with pytest.raises(ValueError, match=message):
             PrioritizedSampler(10, **kwargs)

@@ -1,0 +1,116 @@
+"""Priorities in a flat array, sampled through a float64 prefix sum made at each draw.
+
+The sum-tree's alternative (pql/kernels/sumtree.py), with the same surface for
+PrioritizedSampler. An update writes its leaves and nothing else; a draw takes the cumulative
+sum of all `capacity` priorities in float64 and finds each stratum's target in it by binary
+search (`torch.searchsorted`). The prefix sum is made afresh from the priorities at every draw,
+so no rounding carries over from one update to the next: nothing drifts, and an item's chance
+is its priority over the float64 total of the priorities as they are. Cost per draw: O(capacity)
+for the prefix sum over the slots written so far (a bandwidth-bound scan, 12 bytes per slot)
+against the tree's O(B log P) dependent reads; which is faster depends on the size and the
+device (`choose_index`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from pql.kernels.sumtree import MAX_CAPACITY, check_slots, last_write_wins
+
+
+class FlatPriorities:
+    """Priorities of `capacity` slots on `device`, drawn from by prefix sum.
+
+    update(indices, priorities)  O(B), duplicates: the last write in the batch wins
+    total(), min()               0-dim float32 tensors on device (no host sync), O(capacity)
+    get(indices)                 [B] float32 priorities
+    sample(batch_size, gen)      [B] int64 slots, stratified, proportional to priority
+    reset(priorities)            all at once
+
+    Memory: 4 bytes per slot, and 8 per slot of scratch during a draw (the float64 prefix sum).
+    validate: as SumTree's (one host sync per call when True).
+    """
+
+    def __init__(self, capacity: int, device: torch.device | str = "cpu", validate: bool = True):
+        if not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
+            raise ValueError(f"capacity={capacity!r} is not allowed; expected an integer in [1, 2**30]")
+        self.capacity = capacity
+        self.validate = validate
+        self.leaves = torch.zeros(capacity, dtype=torch.float32, device=device)
+        self.device = self.leaves.device
+
+    def check_indices(self, indices: torch.Tensor, priorities: torch.Tensor | None = None) -> None:
+        check_slots(indices, priorities, self.capacity, self.device, self.validate)
+
+    def update(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        """Set the priorities of slots `indices`: as SumTree.update."""
+        if priorities.shape != indices.shape or not priorities.is_floating_point():
+            raise ValueError(
+                f"priorities must be a float tensor of shape {tuple(indices.shape)} "
+                f"(one per index), got shape {tuple(priorities.shape)} dtype {priorities.dtype}"
+            )
+        priorities = priorities.to(torch.float32)
+        self.check_indices(indices, priorities)
+        if indices.numel():
+            slots, last = last_write_wins(indices)
+            self.leaves.index_copy_(0, slots, priorities.index_select(0, last))
+
+    def writes_cheaper_than_reset(self, count: int) -> bool:
+        """Whether updating `count` slots costs less than a reset: always, each write is one store."""
+        return count < self.capacity
+
+    def total(self) -> torch.Tensor:
+        return self.leaves.sum()
+
+    def min(self, size: int | None = None) -> torch.Tensor:
+        """Least positive priority among the first `size` slots (None: all; +inf when none)."""
+        leaves = self.leaves[:size]
+        return torch.where(leaves > 0, leaves, math.inf).min()
+
+    def get(self, indices: torch.Tensor) -> torch.Tensor:
+        self.check_indices(indices)
+        return self.leaves.index_select(0, indices)
+
+    def sample(
+        self, batch_size: int, generator: torch.Generator | None = None, size: int | None = None
+    ) -> torch.Tensor:
+        """[batch_size] int64 slots, slot j with probability priority_j / total, stratified as the
+        tree's: item i of the batch aims at (i + u_i) * total / B, one float32 uniform u_i each.
+        size: the slots from `size` on hold priority 0 (never written), so the prefix sum stops
+        there (None: it covers all): a draw costs O(size)."""
+        if not isinstance(batch_size, int) or batch_size < 0:
+            raise ValueError(f"batch_size={batch_size!r} is not allowed; expected an integer >= 0")
+        prefix = torch.cumsum(self.leaves[:size], 0, dtype=torch.float64)
+        total = prefix[-1]
+        if self.validate and batch_size and not total > 0:
+            raise ValueError("cannot sample from priorities that are all zero")
+        u = torch.rand(batch_size, generator=generator, device=self.device)
+        return sample_prefix(prefix, u)
+
+    def reset(self, priorities: torch.Tensor) -> None:
+        """Replace every priority: [capacity] float32, finite and >= 0."""
+        if priorities.shape != (self.capacity,) or not priorities.is_floating_point():
+            raise ValueError(
+                f"priorities must be a float tensor of shape ({self.capacity},), got "
+                f"shape {tuple(priorities.shape)} dtype {priorities.dtype}"
+            )
+        if self.validate and not (torch.isfinite(priorities) & (priorities >= 0)).all():
+            raise ValueError("priorities must be finite and >= 0")
+        self.leaves.copy_(priorities)
+
+    def rebuild(self) -> None:
+        """Nothing is derived from the priorities between draws (SumTree.rebuild's counterpart)."""
+
+
+def sample_prefix(prefix: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Stratified inverse-CDF sampling over a float64 prefix sum [N] (nondecreasing, prefix[-1]
+    the total): item i aims at t_i = (i + u_i) * total / B and takes the first slot whose prefix
+    exceeds t_i. Each t_i is held below the total, so the slot always exists and has a positive
+    priority (its prefix rises past t_i) whenever the total is positive."""
+    n = u.numel()
+    total = prefix[-1]
+    target = (torch.arange(n, device=u.device, dtype=torch.float64) + u.to(torch.float64)) * (total / n)
+    target = torch.minimum(target, torch.nextafter(total, total.new_zeros(())))
+    return torch.searchsorted(prefix, target, right=True).clamp_(max=prefix.numel() - 1)
