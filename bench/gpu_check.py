@@ -1,7 +1,7 @@
 """One command for a CUDA machine: the GPU kernel tests, the benchmarks, a short training run and
 its resume, measured in one go and written up as one Markdown report.
 
-    python bench/gpu_check.py [--out DIR] [--runs-dir DIR] [--steps STEP ...] [--without-mps]
+    python bench/gpu_check.py [--out DIR] [--runs-dir DIR] [--steps STEP ...] [--without-mps] [--with-eager]
                               [--budget-s 560] [--train-seconds 180] [--resume-seconds 45]
 
 Steps, in this order, each a subprocess with its own time limit (a step that fails or hangs is
@@ -11,7 +11,8 @@ stopped, recorded with the last lines of its output, and the check goes on with 
     env      bench/env_throughput.py --profile: Ant on MuJoCo Warp (CUDA) at 4,096 / 16,384 / 32,768
              envs, and the parts of one step (physics, restart, pql's own work)
     learner  bench/learner.py at batch 8,192, its together run on the MPS path of a training run
-             (runtime.mps=auto); with --without-mps a second time with --mps off (learner_no_mps)
+             (runtime.mps=auto); with --without-mps a second time with --mps off (learner_no_mps); with
+             --with-eager the roles alone again with runtime.compile=false (learner_eager)
     kernels  bench/kernel_speed.py: Triton vs the PyTorch reference vs the flat index vs torchrl (where it loads)
     train    python train.py task=Ant runtime.max_time_s=180
     resume   python train.py task=Ant checkpoint=<train run>/checkpoint.pt runtime.max_time_s=45,
@@ -20,8 +21,9 @@ stopped, recorded with the last lines of its output, and the check goes on with 
 
 The report directory (--out; default runs/gpu_check/<date_time>) receives report.md, log.txt
 (every step's whole output), the benches' CSVs (env_throughput.csv, env_profile.csv, learner.csv,
-learner_no_mps.csv with --without-mps, kernels.csv), targets.csv (one row per H100/H200 target:
-name, target, measured, unit, met, gpu) and return_curve.png: at most 9 files. report.md and
+learner_no_mps.csv with --without-mps, learner_eager.csv with --with-eager, kernels.csv),
+targets.csv (one row per H100/H200 target: name, target, measured, unit, met, gpu) and
+return_curve.png: at most 10 files. report.md and
 targets.csv are rewritten after every step. The two training runs go to --runs-dir (default
 <report dir>/runs). --budget-s bounds the whole check: a step gets at most the time left, and the
 train run is shortened when less than its length is left.
@@ -68,6 +70,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also run the learner bench with --mps off (its together run's role processes taking "
         "turns on the GPU), to compare with the MPS path of a training run",
+    )
+    parser.add_argument(
+        "--with-eager",
+        action="store_true",
+        help="also time the learners alone with runtime.compile=false (learner_eager), beside the "
+        "compiled updates a CUDA run uses",
     )
     parser.add_argument("--budget-s", type=float, default=560.0, help="wall-clock budget of the whole check")
     parser.add_argument(

@@ -2,7 +2,7 @@
 
     python bench/learner.py [--task Ant] [--device auto] [--batch-size 8192] [--num-envs N]
                             [--seconds 10] [--together-seconds S] [--csv PATH] [--greedy-nstep]
-                            [--mps auto|on|off]
+                            [--mps auto|on|off] [--compile auto|true|false] [--threads N]
 
 Prints critic updates/s and policy updates/s at the given batch with the default networks, the
 actor's env steps/s, and the three roles running together (process mode, for --together-seconds:
@@ -10,12 +10,14 @@ default max(30, 3 × --seconds); 0 leaves that run out), measured over its stead
 intervals after both learners began to update, so not their compilation), with the ratios there and the
 efficiency: together env steps/s over what the slowest role alone allows
 (min(actor alone, critic alone · num_envs / beta_av, policy alone · beta_pv · num_envs / beta_av)).
---csv also writes each figure as a row (task, device, num_envs, batch_size, compile, mps, quantity,
-value; mps: the together run's runtime.mps). --greedy-nstep measures with algo.greedy_nstep=true.
-The updates run as the learners run them: fused Adam, and CUDA graphs where runtime.compile is on
-(its default on CUDA). --mps is the together run's runtime.mps (default auto: on CUDA the run starts
-an MPS daemon of its own, as a training run does; off: the role processes take turns on the GPU);
-the bench prints the run's line about MPS.
+--csv also writes each figure as a row (task, device, num_envs, batch_size, compile, threads, mps,
+quantity, value; mps: the together run's runtime.mps; threads: the roles alone's). --greedy-nstep
+measures with algo.greedy_nstep=true. The updates run as the learners run them: fused Adam, and
+CUDA graphs where runtime.compile is on (its default on CUDA; --compile sets it, auto: the
+device's default). --threads sets torch's threads for the roles alone (default: torch's own).
+--mps is the together run's runtime.mps (default auto: on CUDA the run starts an MPS daemon of its
+own, as a training run does; off: the role processes take turns on the GPU); the bench prints the
+run's line about MPS.
 
 Also home to the helpers the other bench scripts share (`timed`, `CsvRows`).
 """
@@ -254,7 +256,18 @@ def main() -> None:
         default="auto",
         help="runtime.mps of the together run (default auto: an MPS daemon of the run's own on CUDA)",
     )
+    parser.add_argument(
+        "--compile",
+        choices=("auto", "true", "false"),
+        default="auto",
+        help="runtime.compile for every measurement (default auto: the device's default)",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for the roles alone")
     args = parser.parse_args()
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads {args.threads} is not allowed; give an integer >= 1")
+        torch.set_num_threads(args.threads)
     if args.together_seconds is not None and args.together_seconds < 0:
         parser.error(f"--together-seconds {args.together_seconds} is negative; give 0 (no together run) or more")
 
@@ -263,7 +276,7 @@ def main() -> None:
     raw = {
         "task": {"name": args.task, "num_envs": args.num_envs},
         "algo": {"name": "pql", "batch_size": args.batch_size, "greedy_nstep": args.greedy_nstep},
-        "runtime": {"device": args.device},
+        "runtime": {"device": args.device, "compile": None if args.compile == "auto" else args.compile == "true"},
         "run_dir": tempfile.gettempdir(),
     }
     resolved = resolve(load_config(raw))
@@ -275,7 +288,9 @@ def main() -> None:
     probe.close()
     threads = torch.get_num_threads()
     n, bav, bpv = cfg.task.num_envs, cfg.algo.beta_av, cfg.algo.beta_pv
-    rows = CsvRows(args.csv, ["task", "device", "num_envs", "batch_size", "compile", "mps", "quantity", "value"])
+    rows = CsvRows(
+        args.csv, ["task", "device", "num_envs", "batch_size", "compile", "threads", "mps", "quantity", "value"]
+    )
 
     def record(quantity: str, value: float) -> None:
         rows.write(
@@ -284,6 +299,7 @@ def main() -> None:
             num_envs=n,
             batch_size=args.batch_size,
             compile=str(cfg.runtime.compile).lower(),
+            threads=threads,
             mps=args.mps,
             quantity=quantity,
             value=f"{value:.6g}",
@@ -316,6 +332,7 @@ def main() -> None:
             f"runtime.device={cfg.runtime.device}",
             f"algo.greedy_nstep={str(args.greedy_nstep).lower()}",
             f"runtime.mps={args.mps}",
+            f"runtime.compile={str(cfg.runtime.compile).lower()}",
         ]
         run = together(overrides, n, seconds)
         for quantity, key in (

@@ -401,7 +401,10 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
     fake_train.write_text(FAKE_TRAIN)
     monkeypatch.setattr("bench.gpu.check.TRAIN", str(fake_train))
     args = gpu_check.parse_args(
-        ["--out", str(out), "--runs-dir", str(runs), "--without-mps", "--train-seconds", "2", "--resume-seconds", "1"]
+        [
+            *("--out", str(out), "--runs-dir", str(runs), "--without-mps", "--with-eager"),
+            *("--train-seconds", "2", "--resume-seconds", "1"),
+        ]
     )
     out.mkdir()
     check = Check(args, str(out), str(runs), INFO)
@@ -415,9 +418,12 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
         "Ant,cuda:0,4096,8192,true,auto,critic_updates_per_s_alone,3200\n"
     )
     learner_off_csv = learner_csv.replace(",auto,", ",off,").replace("3200", "2900")
+    learner_eager_csv = learner_csv.replace(",true,", ",false,").replace("3200", "1100")
     # The learner bench runs on the MPS path of a training run, then with --mps off; the env bench profiles.
     assert "--mps" not in check.steps["learner"].argv and check.steps["learner_no_mps"].argv[-2:] == ["--mps", "off"]
     assert check.steps["env"].argv[-2:] == ["--profile-csv", check.path("env_profile")]
+    # The eager run times the roles alone, uncompiled.
+    assert check.steps["learner_eager"].argv[-4:] == ["--compile", "false", "--together-seconds", "0"]
     fakes = {
         "tests": "print('3 passed, 2 deselected in 0.10s')",
         "env": f"open({check.path('env')!r}, 'w').write({env_csv!r}); "
@@ -425,6 +431,7 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
         "learner": f"open({check.path('learner')!r}, 'w').write({learner_csv!r}); "
         "print('together run, runtime.mps=auto: pql: MPS not used: no daemon here')",
         "learner_no_mps": f"open({check.path('learner_no_mps')!r}, 'w').write({learner_off_csv!r})",
+        "learner_eager": f"open({check.path('learner_eager')!r}, 'w').write({learner_eager_csv!r})",
         "kernels": "print('compiling'); print('boom'); raise SystemExit(1)",
     }
     for name, code in fakes.items():
@@ -436,6 +443,7 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
         "tests": "ok",
         "env": "ok",
         "learner": "ok",
+        "learner_eager": "ok",
         "learner_no_mps": "ok",
         "kernels": "failed",
         "train": "ok",
@@ -450,20 +458,21 @@ def test_whole_check_with_fake_steps(tmp_path, monkeypatch):
         "env_profile.csv",
         "env_throughput.csv",
         "learner.csv",
+        "learner_eager.csv",
         "learner_no_mps.csv",
         "log.txt",
         "report.md",
         "return_curve.png",
         "targets.csv",
     ]
-    assert len(FILES) <= 9
+    assert len(FILES) <= 10
     report = (out / "report.md").read_text()
-    assert "**7 of 8 steps passed**" in report
+    assert "**8 of 9 steps passed**" in report
     assert "ok: 3 passed, 2 deselected in 0.10s" in report
     assert "N = 32,768: ≥ 1,000,000 | 1,234,567 | met |" in report
     assert "batch 8,192: ≥ 3,000 | 3,200 | met |" in report
     assert "| pql mjwarp | cuda | 32,768 | 30.00 ms (75%) | 2.00 ms (5%) | 8.00 ms (20%) | 40.00 ms |" in report
-    assert "| critic updates/s, V-learner alone | 3,200 | 2,900 |" in report
+    assert "| critic updates/s, V-learner alone | 3,200 | 2,900 | 1,100 |" in report
     assert "- MPS in the learner bench's together run: runtime.mps=auto: pql: MPS not used: no daemon here" in report
     assert "median of the train run's: ≤ 2.0 s | 1.0 s | met |" in report
     targets = {r["name"]: r for r in read_csv(str(out / "targets.csv"))}

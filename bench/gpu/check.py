@@ -104,6 +104,8 @@ class Check:
         self.order = [s for s in STEPS if s in args.steps]
         if args.without_mps and "learner" in self.order:
             self.order.insert(self.order.index("learner") + 1, "learner_no_mps")
+        if args.with_eager and "learner" in self.order:
+            self.order.insert(self.order.index("learner") + 1, "learner_eager")
         self.train_dir, self.resume_dir = os.path.join(runs, "train"), os.path.join(runs, "resume")
         self.checkpoint = os.path.join(self.train_dir, "checkpoint.pt")
         self.steps = {
@@ -154,6 +156,16 @@ class Check:
                 self.path("learner_no_mps"),
                 "--mps",
                 "off",
+            ),
+            # The roles alone only: what compiling the updates wins (the together run is the compiled one's).
+            "learner_eager": learner_step(
+                "learner_eager",
+                f"learner bench, eager updates (batch {BATCH:,}, runtime.compile=false)",
+                self.path("learner_eager"),
+                "--compile",
+                "false",
+                "--together-seconds",
+                "0",
             ),
             "kernels": Step(
                 "kernels",
@@ -234,6 +246,7 @@ class Check:
             env_profile=read_csv(self.path("env_profile")),
             learner=read_csv(self.path("learner")),
             learner_no_mps=read_csv(self.path("learner_no_mps")),
+            learner_eager=read_csv(self.path("learner_eager")),
             kernels=read_csv(self.path("kernels")),
         )
         if "learner" in self.results:

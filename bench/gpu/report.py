@@ -17,6 +17,7 @@ FILES = {
     "env_profile": "env_profile.csv",
     "learner": "learner.csv",
     "learner_no_mps": "learner_no_mps.csv",
+    "learner_eager": "learner_eager.csv",
     "kernels": "kernels.csv",
     "targets": "targets.csv",
     "curve": "return_curve.png",
@@ -91,16 +92,22 @@ def env_profile_section(rows: list[dict]) -> list[str]:
     ]
 
 
-def learner_section(rows: list[dict], no_mps_rows: list[dict]) -> list[str]:
-    first = rows[0] if rows else no_mps_rows[0]
-    quantities = list(dict.fromkeys([r["quantity"] for r in rows] + [r["quantity"] for r in no_mps_rows]))
-    header = ["", "value"] + (["without MPS"] if no_mps_rows else [])
+def learner_section(rows: list[dict], no_mps_rows: list[dict], eager_rows: list[dict] | None = None) -> list[str]:
+    """The learner bench's figures, a column beside them for each second run that was made: with
+    MPS off, and eager (runtime.compile=false, the roles alone)."""
+    others = [(label, r) for label, r in (("without MPS", no_mps_rows), ("eager", eager_rows or [])) if r]
+    first = (rows or others[0][1])[0]
+    quantities = list(dict.fromkeys(r["quantity"] for run in (rows, *(r for _, r in others)) for r in run))
+    header = ["", "value", *(label for label, _ in others)]
     body = []
     for q in quantities:
-        line = [LEARNER_LABELS.get(q, q), learner_value(q, learner_figure(rows, q))]
-        if no_mps_rows:
-            line.append(learner_value(q, learner_figure(no_mps_rows, q)))
-        body.append(line)
+        body.append(
+            [
+                LEARNER_LABELS.get(q, q),
+                learner_value(q, learner_figure(rows, q)),
+                *(learner_value(q, learner_figure(r, q)) for _, r in others),
+            ]
+        )
     return [
         f"## Learner (bench/learner.py: {first['task']}, {int(first['num_envs']):,} envs, "
         f"batch {int(first['batch_size']):,}, {first['device']}, runtime.compile={first['compile']}, "
@@ -218,8 +225,8 @@ def build_report(info: dict, results: list[StepResult], fig: Figures, budget_s: 
         lines += env_section(fig.env)
     if fig.env_profile:
         lines += env_profile_section(fig.env_profile)
-    if fig.learner or fig.learner_no_mps:
-        lines += learner_section(fig.learner, fig.learner_no_mps)
+    if fig.learner or fig.learner_no_mps or fig.learner_eager:
+        lines += learner_section(fig.learner, fig.learner_no_mps, fig.learner_eager)
     if fig.kernels:
         lines += kernels_section(fig.kernels)
     if fig.train is not None or fig.resume is not None:

@@ -46,6 +46,7 @@ class Figures:
     env_profile: list[dict] = dataclasses.field(default_factory=list)
     learner: list[dict] = dataclasses.field(default_factory=list)
     learner_no_mps: list[dict] = dataclasses.field(default_factory=list)
+    learner_eager: list[dict] = dataclasses.field(default_factory=list)
     kernels: list[dict] = dataclasses.field(default_factory=list)
     tests_summary: str | None = None
     train: RunSummary | None = None
