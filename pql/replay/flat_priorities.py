@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from pql.kernels.sumtree import MAX_CAPACITY, check_slots, last_write_wins
+from pql.kernels.sumtree import MAX_CAPACITY, check_slots
 
 
 class FlatPriorities:
@@ -30,7 +30,8 @@ class FlatPriorities:
     reset(priorities)            all at once
 
     Memory: 4 bytes per slot, and 8 per slot of scratch during a draw (the float64 prefix sum).
-    validate: as SumTree's (one host sync per call when True).
+    validate: as SumTree's (one host sync per call when True); with validate=False no call makes
+    the host wait for the device, so the calls can be captured in a CUDA graph.
     """
 
     def __init__(self, capacity: int, device: torch.device | str = "cpu", validate: bool = True):
@@ -38,7 +39,9 @@ class FlatPriorities:
             raise ValueError(f"capacity={capacity!r} is not allowed; expected an integer in [1, 2**30]")
         self.capacity = capacity
         self.validate = validate
-        self.leaves = torch.zeros(capacity, dtype=torch.float32, device=device)
+        # One slot past the end takes the writes that lose to a later one in the same batch.
+        self._slots = torch.zeros(capacity + 1, dtype=torch.float32, device=device)
+        self.leaves = self._slots[:capacity]
         self.device = self.leaves.device
 
     def check_indices(self, indices: torch.Tensor, priorities: torch.Tensor | None = None) -> None:
@@ -54,8 +57,14 @@ class FlatPriorities:
         priorities = priorities.to(torch.float32)
         self.check_indices(indices, priorities)
         if indices.numel():
-            slots, last = last_write_wins(indices)
-            self.leaves.index_copy_(0, slots, priorities.index_select(0, last))
+            # Last write wins without a data-dependent shape (torch.unique's would make the host
+            # wait for the device): a stable sort puts each slot's writes together in batch order,
+            # every write but a slot's last goes to the spare slot, and the spare is never read.
+            order = torch.argsort(indices, stable=True)
+            slots = indices.index_select(0, order)
+            superseded = torch.zeros_like(slots, dtype=torch.bool)
+            superseded[:-1] = slots[:-1] == slots[1:]
+            self._slots.index_copy_(0, slots.masked_fill(superseded, self.capacity), priorities.index_select(0, order))
 
     def writes_cheaper_than_reset(self, count: int) -> bool:
         """Whether updating `count` slots costs less than a reset: always, each write is one store."""

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from host_syncs import HostSyncs
 
 import pql.replay.prioritized
 from pql.kernels.sumtree import SumTree
@@ -161,3 +162,23 @@ def test_a_growing_replay_moves_to_the_tree_once_and_a_resume_moves_with_it(monk
         a = resumed.sample(8, size, torch.Generator().manual_seed(1))
         b = original.sample(8, size, torch.Generator().manual_seed(1))
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_unvalidated_draws_and_writes_make_the_host_wait_for_nothing():
+    """What a CUDA graph could capture: proportional draws, write-backs (duplicates included) and
+    new items on the flat index, unvalidated, call no op that reads the device from the host.
+    The check itself would: a validated write reads whether any input was bad."""
+    sampler = PrioritizedSampler(256, validate=False, index="flat")
+    sampler.on_add(torch.arange(200))
+    gen = torch.Generator().manual_seed(0)
+    with HostSyncs() as syncs:
+        for _ in range(3):
+            idx, weights = sampler.sample(64, 200, gen)
+            sampler.update(idx, torch.rand(64, generator=gen))
+            sampler.on_add(torch.arange(200, 216))
+    assert syncs.calls == []
+    checked = PrioritizedSampler(256, index="flat")
+    checked.on_add(torch.arange(8))
+    with HostSyncs() as syncs:
+        checked.update(torch.arange(8), torch.rand(8))
+    assert syncs.calls
