@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from pql.algos.common import Checkpointable, adam
+from pql.algos.rules import OnPolicyRules
 from pql.nets import GaussianActor, ValueNet
 
 
@@ -76,11 +77,11 @@ def clipped_value_loss(
     return torch.max((values - returns).pow(2), (clipped - returns).pow(2)).mean()
 
 
-class GaussianActorCritic(Checkpointable):
+class GaussianActorCritic(Checkpointable, OnPolicyRules):
     """A Gaussian policy π, a value function V and one Adam over both: what PPO and IMPALA
-    learn (cfg: PPOConfig or ImpalaConfig). average_gradients(params), called between the
-    backward pass and the clipping, averages the gradients over data-parallel replicas (by
-    default there is one: nothing to do)."""
+    learn (cfg: PPOConfig or ImpalaConfig), each with an `update` of its own (OnPolicyRules).
+    average_gradients(params), called between the backward pass and the clipping, averages the
+    gradients over data-parallel replicas (by default there is one: nothing to do)."""
 
     state_attrs = ("policy", "critic", "optim")
 
@@ -94,7 +95,7 @@ class GaussianActorCritic(Checkpointable):
     ):
         self.cfg, self.average_gradients = cfg, average_gradients
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
-        self.critic = ValueNet(
+        self.critic: nn.Module = ValueNet(
             obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm, activation=cfg.net.activation
         ).to(device)
         self.params: list[torch.Tensor] = [*self.policy.parameters(), *self.critic.parameters()]

@@ -8,11 +8,11 @@ from torch import nn
 
 from pql.algos.common import ClippedDoubleQ, greedy_target, smoothed_target_action
 from pql.algos.exploration import noise_stds
-from pql.algos.rules import Batch, ParamGroups
+from pql.algos.rules import Batch, OffPolicyRules, ParamGroups
 from pql.nets import DeterministicActor
 
 
-class PQL(ClippedDoubleQ[DeterministicActor]):
+class PQL(ClippedDoubleQ[DeterministicActor], OffPolicyRules[DeterministicActor, torch.Tensor]):
     """Update rules for the three roles (their contract: pql.algos.rules.OffPolicyRules), with
     ClippedDoubleQ's critic. Observations given to these methods are normalised."""
 

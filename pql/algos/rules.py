@@ -4,13 +4,14 @@ pql/runtime/off_policy (PQL, PQL-D, SAC), `OnPolicyRules` for the learner of pql
 builds it as cls(cfg, obs_dim, act_dim) (off-policy) or cls(cfg, obs_dim, act_dim, device,
 average_gradients) (on-policy), cfg being the algorithm's config.
 
-Observations given to the rules are normalised; actions lie in the box [-1, 1]^act_dim. B is a
-batch, N the number of envs, T the steps of a rollout.
+Each rules class subclasses its Protocol, so mypy checks it where it is defined. Observations
+given to the rules are normalised; actions lie in the box [-1, 1]^act_dim. B is a batch, N the
+number of envs, T the steps of a rollout.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -91,26 +92,3 @@ class OnPolicyRules(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
-
-
-if TYPE_CHECKING:
-    # mypy checks each rules class against its contract here, built as the runtime builds it (so
-    # the constructor is checked too). Only mypy reads this block: importing the contracts at run
-    # time imports none of the algorithms (IMPALA's module imports Triton), and pql.config, which
-    # names the classes by string so as not to import torch, stays as it is.
-    from pql.algos.impala import Impala
-    from pql.algos.ppo import PPO
-    from pql.algos.pql import PQL
-    from pql.algos.pql_d import PQLD
-    from pql.algos.sac import SAC
-    from pql.nets import DeterministicActor, SquashedGaussianActor
-
-    def _average_gradients(params: list[torch.Tensor]) -> None: ...
-
-    _cfg: Any = None
-    _device = torch.device("cpu")
-    _PQL: OffPolicyRules[DeterministicActor, torch.Tensor] = PQL(_cfg, 1, 1)
-    _PQLD: OffPolicyRules[DeterministicActor, torch.Tensor] = PQLD(_cfg, 1, 1)
-    _SAC: OffPolicyRules[SquashedGaussianActor, None] = SAC(_cfg, 1, 1)
-    _PPO: OnPolicyRules = PPO(_cfg, 1, 1, _device, _average_gradients)
-    _IMPALA: OnPolicyRules = Impala(_cfg, 1, 1, _device, _average_gradients)

@@ -12,11 +12,11 @@ import torch
 from torch import nn
 
 from pql.algos.common import ClippedDoubleQ, greedy_target
-from pql.algos.rules import Batch, ParamGroups
+from pql.algos.rules import Batch, OffPolicyRules, ParamGroups
 from pql.nets import SquashedGaussianActor
 
 
-class SAC(ClippedDoubleQ[SquashedGaussianActor]):
+class SAC(ClippedDoubleQ[SquashedGaussianActor], OffPolicyRules[SquashedGaussianActor, None]):
     """Update rules for the three roles (their contract: pql.algos.rules.OffPolicyRules).
     Observations given to these methods are normalised."""
 

@@ -1,19 +1,17 @@
 """What the parts of a run promise each other: the names they share across processes, what a
-runner supplies to `train`, and what a role supplies to the loop it runs in. Every runner and
-every role is checked against its Protocol by mypy (the block at the end of this module).
+runner supplies to `train` (and the monitor it is given), and what a role supplies to the loop it
+runs in. Every runner and every role subclasses its Protocol, so mypy checks it where it is
+defined; this module imports none of them.
 
 The role names are the config's (`pql.config.ROLE_NAMES`: runtime.<role>_device places them).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 from torch import nn
-
-if TYPE_CHECKING:
-    from pql.runtime.run import Monitor
 
 # The shared weights (pql.runtime.weight_sync.SharedWeights), each named once: the P-learner's
 # policy, the V-learner's critic, the actor's observation statistics, and the P-learner's average
@@ -22,6 +20,17 @@ POLICY = "policy"
 CRITIC = "critic"
 NORMALIZER = "normalizer"
 DELIVERED = "delivered"
+
+
+class RunMonitor(Protocol):
+    """What a runner's loop calls on the main process's schedule (pql/runtime/run.py `Monitor`)."""
+
+    def stop_code(self) -> int:
+        """The stop code this replica asks its actors for (pql/runtime/stopping.py), read between
+        two steps."""
+
+    def tick(self, final: bool = False) -> None:
+        """Evaluate, checkpoint and log whatever is due at the current env step count."""
 
 
 class Runner(Protocol):
@@ -39,7 +48,7 @@ class Runner(Protocol):
         """Whether run() leaves the main thread free, its roles training in processes of their own:
         evaluations then run on a thread beside it instead of in turn with training."""
 
-    def run(self, monitor: Monitor) -> None:
+    def run(self, monitor: RunMonitor) -> None:
         """Train until the env-step budget is spent or the replicas agree on monitor.stop_code(),
         calling monitor.tick() as it goes and monitor.tick(final=True) last, while the roles still
         run."""
@@ -88,14 +97,3 @@ class Role(Protocol):
 
     def load_state_dict(self, state: dict) -> None:
         """Restore state_dict()'s value, and publish the networks this role owns."""
-
-
-if TYPE_CHECKING:  # mypy checks each runner and role against its Protocol here; nothing runs
-    from pql.runtime.off_policy.actor import Actor
-    from pql.runtime.off_policy.learners import PLearner, VLearner
-    from pql.runtime.off_policy.runner import OffPolicyRunner
-    from pql.runtime.on_policy.impala_runner import ImpalaRunner
-    from pql.runtime.on_policy.ppo_runner import PPORunner
-
-    _RUNNERS: tuple[type[Runner], ...] = (OffPolicyRunner, PPORunner, ImpalaRunner)
-    _ROLES: tuple[type[Role], ...] = (Actor, VLearner, PLearner)

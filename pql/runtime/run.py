@@ -53,7 +53,7 @@ from pql.envs import build_env
 from pql.evaluate import evaluate
 from pql.logging import RunLogger
 from pql.nets import ObsNormalizer
-from pql.runtime.contracts import Runner
+from pql.runtime.contracts import RunMonitor, Runner
 from pql.runtime.device import use_device
 from pql.runtime.distributed import (
     CAUSE_WAIT_S,
@@ -258,7 +258,7 @@ def evaluate_checkpoint(settings: RunSettings, runner_cls, eval_env, state: dict
     return scores
 
 
-class Monitor:
+class Monitor(RunMonitor):
     """The main process's schedule for every runner: evaluations every runtime.eval_every env
     steps, spaced so that they take at most runtime.eval_max_share of the wall time, checkpoints
     every runtime.checkpoint_every, a logged line every runtime.log_every_s, and when to stop

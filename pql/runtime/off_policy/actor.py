@@ -6,11 +6,13 @@ observation statistics with theirs at every step and agrees with them on when an
 from __future__ import annotations
 
 import torch
+from torch import nn
 
+from pql.algos.rules import OffPolicyRules
 from pql.envs import build_env, to_env_action
 from pql.nets import ObsNormalizer
 from pql.replay.nstep import NStepWindow
-from pql.runtime.contracts import CRITIC, NORMALIZER, POLICY
+from pql.runtime.contracts import CRITIC, NORMALIZER, POLICY, Role
 from pql.runtime.control import PQLShared, RatioController
 from pql.runtime.device import InFlight
 from pql.runtime.distributed import FINISH_CHECK_EVERY, ReplicaGroup
@@ -24,14 +26,14 @@ from tasks import TaskError
 EPISODE_REPORT_EVERY = 16  # actor steps between reports of the training episodes (a host sync on CUDA)
 
 
-class Actor:
+class Actor(Role):
     name = "actor"
 
     def __init__(
         self,
         settings: ActorSettings,
         shared: PQLShared,
-        rules,
+        rules: OffPolicyRules,
         ratios: RatioController,
         fresh_start: bool,
         group: ReplicaGroup,
@@ -92,7 +94,7 @@ class Actor:
         if self.critic_reader is not None:
             self.critic_reader.pull()
 
-    def _td_abs(self, obs, action, reward, terminated, final_obs) -> torch.Tensor:
+    def _td_abs(self, critic: nn.Module, obs, action, reward, terminated, final_obs) -> torch.Tensor:
         """One-step |TD error| [N] of this step under the actor's critic and policy copies (its
         critic copy stands in for the target critic, which only the V-learner has)."""
         batch = {
@@ -102,7 +104,7 @@ class Actor:
             "next_obs": self.normalizer(final_obs),
             "discount": self.settings.gamma * (~terminated).float(),
         }
-        return self.rules.td_error(self.critic, self.critic, self.policy, batch)
+        return self.rules.td_error(critic, critic, self.policy, batch)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -132,7 +134,11 @@ class Actor:
             self.episodes.report(self.shared)
         if self.settings.reward_scale != 1.0:
             reward = reward * self.settings.reward_scale  # what the critic learns; the episodes above keep the env's
-        td_abs = None if self.critic is None else self._td_abs(self.obs, action, reward, terminated, info["final_obs"])
+        td_abs = (
+            None
+            if self.critic is None
+            else self._td_abs(self.critic, self.obs, action, reward, terminated, info["final_obs"])
+        )
         transition = self.window.push(self.obs, action, reward, terminated, truncated, info["final_obs"], td_abs)
         self.obs = next_obs
         self.local_steps += 1

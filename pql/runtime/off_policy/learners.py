@@ -11,11 +11,12 @@ import copy
 import torch
 
 from pql.algos.common import Checkpointable, SoftUpdate, adam
+from pql.algos.rules import OffPolicyRules
 from pql.bulk import disk_size, fits_disk, nbytes, read_bulk, write_bulk
 from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer, UniformSampler, make_sampler, replay_layout, sampler_layout_kind
 from pql.replay.nstep import transition_spec
-from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY
+from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY, Role
 from pql.runtime.control import PQLShared, RatioController
 from pql.runtime.device import InFlight, host_values
 from pql.runtime.distributed import ReplicaGroup
@@ -58,7 +59,7 @@ def compile_update(fn, enabled: bool, device: torch.device):
     return call
 
 
-class _Learner(Checkpointable):
+class _Learner(Checkpointable, Role):
     """What both learners share: ingesting the staging ring, the normaliser copy, one optimiser
     step on a loss, and their state: `state_attrs`, the generator, and on loading, a publication
     of the networks this learner owns (`publishes`, each under its attribute's name in
@@ -79,7 +80,7 @@ class _Learner(Checkpointable):
         self,
         settings: LearnerSettings,
         shared: PQLShared,
-        rules,
+        rules: OffPolicyRules,
         ratios: RatioController,
         obs_dim: int,
         spec: dict,
@@ -216,7 +217,7 @@ class VLearner(_Learner):
         self,
         settings: VLearnerSettings,
         shared: PQLShared,
-        rules,
+        rules: OffPolicyRules,
         ratios: RatioController,
         obs_dim: int,
         act_dim: int,
@@ -280,7 +281,7 @@ class PLearner(_Learner):
         self,
         settings: PLearnerSettings,
         shared: PQLShared,
-        rules,
+        rules: OffPolicyRules,
         ratios: RatioController,
         obs_dim: int,
         group: ReplicaGroup,

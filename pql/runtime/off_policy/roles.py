@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from pql.algos.rules import OffPolicyRules
 from pql.checkpoint import rng_state, set_rng_state
 from pql.config import ALGORITHMS, ROLE_NAMES, OffPolicyConfig
 from pql.nets import ObsNormalizer
@@ -22,12 +23,12 @@ from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights
 
 
-def make_rules(algo: OffPolicyConfig, obs_dim: int, act_dim: int):
+def make_rules(algo: OffPolicyConfig, obs_dim: int, act_dim: int) -> OffPolicyRules:
     """The update rules of `algo` (pql, pql_d or sac), from its own section of the config."""
     return ALGORITHMS[algo.name].load_rules()(algo, obs_dim, act_dim)
 
 
-def make_shared(settings: OffPolicySettings, rules, obs_dim: int, act_dim: int, ctx=None) -> PQLShared:
+def make_shared(settings: OffPolicySettings, rules: OffPolicyRules, obs_dim: int, act_dim: int, ctx=None) -> PQLShared:
     """What the three roles share, each part on its writer's device: the ring and the observation
     statistics on the actor's, the critic on the V-learner's, the policy on the P-learner's
     (ctx: a multiprocessing context, None for one process)."""
@@ -67,7 +68,7 @@ def build_role(
     name: str,
     settings: OffPolicySettings,
     shared: PQLShared,
-    rules,
+    rules: OffPolicyRules,
     ratios: RatioController,
     obs_dim: int,
     act_dim: int,

@@ -12,7 +12,7 @@ from torch import nn
 from pql.checkpoint import CheckpointError
 from pql.config import ROLE_NAMES
 from pql.nets import ObsNormalizer
-from pql.runtime.contracts import NORMALIZER, Role
+from pql.runtime.contracts import NORMALIZER, Role, Runner
 from pql.runtime.control import RatioCounters
 from pql.runtime.divergence import Diverged, check_state
 from pql.runtime.episodes import TRAIN_EPISODE_METRIC
@@ -57,7 +57,7 @@ def check_network_sizes(resume: dict, weights: dict) -> None:
             )
 
 
-class OffPolicyRunner:
+class OffPolicyRunner(Runner):
     @staticmethod
     def make_policy(algo, obs_dim: int, act_dim: int) -> nn.Module:
         return make_rules(algo, obs_dim, act_dim).make_policy()

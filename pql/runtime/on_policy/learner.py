@@ -6,13 +6,14 @@ from torch import nn
 
 from pql.algos.ppo import make_gaussian_policy
 from pql.nets import ObsNormalizer
+from pql.runtime.contracts import Runner
 from pql.runtime.device import host_values
 from pql.runtime.distributed import role_group
 from pql.runtime.divergence import check_values
 from pql.runtime.settings import OnPolicySettings
 
 
-class OnPolicyRunner:
+class OnPolicyRunner(Runner):
     """The learner (a GaussianActorCritic of class `learner_cls`) and its observation normaliser,
     restored from a checkpoint; the learner's update count is its policy's version. With several
     replicas the learners start from rank 0's networks and average their gradients (`group`).
