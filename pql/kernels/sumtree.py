@@ -249,6 +249,37 @@ def check_slots(
         raise ValueError(f"priorities[{i}]={float(priorities[i])} is not allowed; expected a finite number >= 0")
 
 
+def checked_priorities(
+    indices: torch.Tensor, priorities: torch.Tensor, capacity: int, device: torch.device, validate: bool
+) -> torch.Tensor:
+    """An update's priorities as float32, once they are known to be one float per index and to
+    pass check_slots with the indices."""
+    if priorities.shape != indices.shape or not priorities.is_floating_point():
+        raise ValueError(
+            f"priorities must be a float tensor of shape {tuple(indices.shape)} "
+            f"(one per index), got shape {tuple(priorities.shape)} dtype {priorities.dtype}"
+        )
+    priorities = priorities.to(torch.float32)
+    check_slots(indices, priorities, capacity, device, validate)
+    return priorities
+
+
+def check_all_priorities(priorities: torch.Tensor, capacity: int, validate: bool) -> None:
+    """Raise unless a reset's priorities are one float per slot (and, when validating, finite and >= 0)."""
+    if priorities.shape != (capacity,) or not priorities.is_floating_point():
+        raise ValueError(
+            f"priorities must be a float tensor of shape ({capacity},), got "
+            f"shape {tuple(priorities.shape)} dtype {priorities.dtype}"
+        )
+    if validate and not (torch.isfinite(priorities) & (priorities >= 0)).all():
+        raise ValueError("priorities must be finite and >= 0")
+
+
+def check_batch_size(batch_size) -> None:
+    if not isinstance(batch_size, int) or batch_size < 0:
+        raise ValueError(f"batch_size={batch_size!r} is not allowed; expected an integer >= 0")
+
+
 class SumTree:
     """Sum- and min-tree over `capacity` slots on `device`.
 
@@ -295,13 +326,7 @@ class SumTree:
         sampling and from min()); both on the tree's device. A slot repeated in the batch ends
         with the priority of its last occurrence.
         """
-        if priorities.shape != indices.shape or not priorities.is_floating_point():
-            raise ValueError(
-                f"priorities must be a float tensor of shape {tuple(indices.shape)} "
-                f"(one per index), got shape {tuple(priorities.shape)} dtype {priorities.dtype}"
-            )
-        priorities = priorities.to(torch.float32)
-        self.check_indices(indices, priorities)
+        priorities = checked_priorities(indices, priorities, self.capacity, self.device, self.validate)
         if indices.numel() == 0:
             return
         if self._owner is not None:  # the Triton path's scratch, made for it alone
@@ -335,8 +360,7 @@ class SumTree:
         one uniform draw in each of batch_size equal strata of the total). generator: a
         torch.Generator on the tree's device, or None for the default one. size: ignored (a walk
         costs log2(P) at any size; FlatPriorities.sample's counterpart)."""
-        if not isinstance(batch_size, int) or batch_size < 0:
-            raise ValueError(f"batch_size={batch_size!r} is not allowed; expected an integer >= 0")
+        check_batch_size(batch_size)
         if self.validate and batch_size and not self.total() > 0:
             raise ValueError("cannot sample from a sum-tree whose priorities are all zero")
         u = torch.rand(batch_size, generator=generator, device=self.device)
@@ -344,13 +368,7 @@ class SumTree:
 
     def reset(self, priorities: torch.Tensor) -> None:
         """Replace every leaf: priorities [capacity] float32, finite and >= 0; O(P) rebuild."""
-        if priorities.shape != (self.capacity,) or not priorities.is_floating_point():
-            raise ValueError(
-                f"priorities must be a float tensor of shape ({self.capacity},), got "
-                f"shape {tuple(priorities.shape)} dtype {priorities.dtype}"
-            )
-        if self.validate and not (torch.isfinite(priorities) & (priorities >= 0)).all():
-            raise ValueError("priorities must be finite and >= 0")
+        check_all_priorities(priorities, self.capacity, self.validate)
         self.leaves.copy_(priorities)
         self.rebuild()
 

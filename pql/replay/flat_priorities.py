@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from pql.kernels.sumtree import MAX_CAPACITY, check_slots
+from pql.kernels.sumtree import MAX_CAPACITY, check_all_priorities, check_batch_size, check_slots, checked_priorities
 
 
 class FlatPriorities:
@@ -49,13 +49,7 @@ class FlatPriorities:
 
     def update(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """Set the priorities of slots `indices`: as SumTree.update."""
-        if priorities.shape != indices.shape or not priorities.is_floating_point():
-            raise ValueError(
-                f"priorities must be a float tensor of shape {tuple(indices.shape)} "
-                f"(one per index), got shape {tuple(priorities.shape)} dtype {priorities.dtype}"
-            )
-        priorities = priorities.to(torch.float32)
-        self.check_indices(indices, priorities)
+        priorities = checked_priorities(indices, priorities, self.capacity, self.device, self.validate)
         if indices.numel():
             # Last write wins without a data-dependent shape (torch.unique's would make the host
             # wait for the device): a stable sort puts each slot's writes together in batch order,
@@ -89,8 +83,7 @@ class FlatPriorities:
         tree's: item i of the batch aims at (i + u_i) * total / B, one float32 uniform u_i each.
         size: the slots from `size` on hold priority 0 (never written), so the prefix sum stops
         there (None: it covers all): a draw costs O(size)."""
-        if not isinstance(batch_size, int) or batch_size < 0:
-            raise ValueError(f"batch_size={batch_size!r} is not allowed; expected an integer >= 0")
+        check_batch_size(batch_size)
         prefix = torch.cumsum(self.leaves[:size], 0, dtype=torch.float64)
         total = prefix[-1]
         if self.validate and batch_size and not total > 0:
@@ -100,13 +93,7 @@ class FlatPriorities:
 
     def reset(self, priorities: torch.Tensor) -> None:
         """Replace every priority: [capacity] float32, finite and >= 0."""
-        if priorities.shape != (self.capacity,) or not priorities.is_floating_point():
-            raise ValueError(
-                f"priorities must be a float tensor of shape ({self.capacity},), got "
-                f"shape {tuple(priorities.shape)} dtype {priorities.dtype}"
-            )
-        if self.validate and not (torch.isfinite(priorities) & (priorities >= 0)).all():
-            raise ValueError("priorities must be finite and >= 0")
+        check_all_priorities(priorities, self.capacity, self.validate)
         self.leaves.copy_(priorities)
 
     def rebuild(self) -> None:

@@ -126,9 +126,8 @@ class PrioritizedSampler:
         self.validate = validate
         self.index_rule, self.impl = index, impl
         self.largest_size = 0  # the most items a draw was made among: what "auto" follows
-        self.index = choose_index(index, 0, torch.device(device))
         self.priorities: SumTree | FlatPriorities = _make_index(
-            self.index, capacity, torch.device(device), validate, impl
+            choose_index(index, 0, torch.device(device)), capacity, torch.device(device), validate, impl
         )
         self.capacity, self.device = capacity, self.priorities.device
         self.num_samples = 0
@@ -269,6 +268,11 @@ class PrioritizedSampler:
         self._changed = False
         self._new_at_max = 0
 
+    @property
+    def index(self) -> str:
+        """The index the priorities are in now: "flat" or "sum_tree"."""
+        return "flat" if isinstance(self.priorities, FlatPriorities) else "sum_tree"
+
     def _follow_size(self) -> None:
         """Move the priorities to the index that the rule gives for `largest_size`, if another."""
         index = choose_index(self.index_rule, self.largest_size, self.device)
@@ -276,7 +280,7 @@ class PrioritizedSampler:
             moved = _make_index(index, self.capacity, self.device, self.validate, self.impl)
             moved.leaves.copy_(self.priorities.leaves)
             moved.rebuild()
-            self.index, self.priorities = index, moved
+            self.priorities = moved
 
     def sample(
         self, batch_size: int, size: int, generator: torch.Generator | None = None

@@ -135,33 +135,25 @@ def test_the_rule_takes_the_flat_index_for_small_cpu_replays_and_the_tree_elsewh
 def test_a_growing_replay_moves_to_the_tree_once_and_a_resume_moves_with_it(monkeypatch):
     """Under "auto", the draw among more than FLAT_MAX_SIZE_CPU items is the tree's, with the
     leaves carried over; a sampler saved on either side of the move resumes on the same index and
-    then draws what the saved one draws."""
+    draws what the uninterrupted one draws."""
     monkeypatch.setattr(pql.replay.prioritized, "FLAT_MAX_SIZE_CPU", 32)
     gen = torch.Generator().manual_seed(6)
     sampler = PrioritizedSampler(64)
-    saved = []
-    for size in (16, 32, 40, 64):
+    for seed, size in enumerate((16, 32, 40, 64)):
         sampler.on_add(torch.arange(size - 16 if size > 16 else 0, size))
         small, bulk = sampler.state()
-        saved.append((sampler.index, small, {k: v.clone() for k, v in bulk.items()}))
-        leaves = sampler.priorities.leaves.clone()
-        idx, _ = sampler.sample(8, size, gen)
-        assert sampler.index == ("flat" if size <= 32 else "sum_tree")
-        assert torch.equal(sampler.priorities.leaves, leaves)  # the move keeps every priority
-        sampler.update(idx, torch.rand(8, generator=gen))
-    for (index, small, bulk), size in zip(saved, (16, 32, 40, 64)):
         resumed = PrioritizedSampler(64)
         for key, target in resumed.state_targets(small).items():
             target.copy_(bulk[key])
         resumed.load_state(small)
-        assert resumed.index == index
-        original = PrioritizedSampler(64)
-        for key, target in original.state_targets(small).items():
-            target.copy_(bulk[key])
-        original.load_state(small)
-        a = resumed.sample(8, size, torch.Generator().manual_seed(1))
-        b = original.sample(8, size, torch.Generator().manual_seed(1))
-        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        assert resumed.index == sampler.index
+        leaves = sampler.priorities.leaves.clone()
+        idx, weights = sampler.sample(8, size, torch.Generator().manual_seed(seed))
+        again, again_weights = resumed.sample(8, size, torch.Generator().manual_seed(seed))
+        assert sampler.index == resumed.index == ("flat" if size <= 32 else "sum_tree")
+        assert torch.equal(sampler.priorities.leaves, leaves)  # the move keeps every priority
+        assert torch.equal(idx, again) and torch.equal(weights, again_weights)
+        sampler.update(idx, torch.rand(8, generator=gen))
 
 
 def test_unvalidated_draws_and_writes_make_the_host_wait_for_nothing():
