@@ -12,9 +12,9 @@ efficiency: together env steps/s over what the slowest role alone allows
 (min(actor alone, critic alone · num_envs / beta_av, policy alone · beta_pv · num_envs / beta_av)).
 --csv also writes each figure as a row (task, device, num_envs, batch_size, compile, threads, mps,
 quantity, value; mps: the together run's runtime.mps; threads: the roles alone's). --greedy-nstep
-measures with algo.greedy_nstep=true. The updates run as the learners run them: fused Adam, and
-CUDA graphs where runtime.compile is on (its default on CUDA; --compile sets it, auto: the
-device's default). --threads sets torch's threads for the roles alone (default: torch's own).
+measures with algo.greedy_nstep=true. The updates are the learners' own (pql.algos.updates): eager,
+or compiled whole where runtime.compile is on (a CUDA graph on CUDA, its default there; --compile
+sets it, auto: the device's default). --threads sets torch's threads for the roles alone (default: torch's own).
 --mps is the together run's runtime.mps (default auto: on CUDA the run starts an MPS daemon of its
 own, as a training run does; off: the role processes take turns on the GPU); the bench prints the
 run's line about MPS.
@@ -25,7 +25,6 @@ Also home to the helpers the other bench scripts share (`timed`, `CsvRows`).
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
 import os
 import sys
@@ -36,12 +35,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pql.algos.common import SoftUpdate, adam
+from pql.algos.updates import CriticUpdate, PolicyUpdate
 from pql.config import MPS_MODES, announce, load_config, resolve
 from pql.replay.nstep import keeps_first_step, transition_spec
 from pql.runtime.device import use_device
 from pql.runtime.distributed import Replicas
-from pql.runtime.off_policy.learners import compile_update
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
 from pql.runtime.settings import run_settings
 
@@ -103,40 +101,18 @@ def random_batch(batch_size: int, obs_dim: int, act_dim: int, device, first_step
 
 
 def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tuple[float, float]:
-    """Critic and policy updates/s of the real update rules on random batches, with the
-    optimiser and the runtime.compile setting the learners use (fused Adam and CUDA graphs on
-    CUDA); the warm-up calls absorb the compilation."""
+    """Critic and policy updates/s of the learners' own updates (pql.algos.updates, in the form
+    runtime.compile selects) on one random batch."""
     rules = make_rules(cfg.algo, obs_dim, act_dim)
-    critic, policy = rules.make_critic().to(device), rules.make_policy().to(device)
-    target = copy.deepcopy(critic).requires_grad_(False)
-    soft_update = SoftUpdate(target, critic)
-    critic_opt = adam(critic.parameters(), cfg.algo.critic_lr)
-    policy_opt = adam(rules.policy_optim_params(policy))
-    critic_loss = compile_update(
-        lambda b, w: rules.critic_loss(critic, target, policy, b, w), cfg.runtime.compile, device
-    )
-    # The P-learner's critic is a frozen copy (it takes no gradient): with the trained critic here,
-    # the policy's backward would add into the gradients the critic's CUDA graph wrote, which the
-    # next graph replay overwrites.
-    frozen_critic = copy.deepcopy(critic).requires_grad_(False)
-    policy_loss = compile_update(lambda obs: rules.policy_loss(policy, frozen_critic, obs), cfg.runtime.compile, device)
+    compile = bool(cfg.runtime.compile)
+    critic = CriticUpdate(rules, device, cfg.algo.tau, lambda module: None, None, compile)
+    policy = PolicyUpdate(rules, device, cfg.algo.policy_average, lambda module: None, None, compile)
     batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device, keeps_first_step(cfg.algo))
     weights = torch.ones(cfg.algo.batch_size, device=device)
-
-    def critic_update():
-        loss, _, _ = critic_loss(batch, weights)
-        critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        critic_opt.step()
-        soft_update(cfg.algo.tau)
-
-    def policy_update():
-        loss, _ = policy_loss(batch["obs"])
-        policy_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        policy_opt.step()
-
-    return timed(critic_update, device, seconds), timed(policy_update, device, seconds)
+    return (
+        timed(lambda: critic.update(batch, weights), device, seconds),
+        timed(lambda: policy.update(batch["obs"]), device, seconds),
+    )
 
 
 def standalone_actor(cfg, rules, obs_dim: int, act_dim: int, device):

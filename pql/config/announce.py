@@ -1,12 +1,13 @@
 """What a run prints at start: the settings it resolved, in one line, and a warning before a
-re-rank schedule that costs more than the updates it serves."""
+re-rank schedule that costs more than the updates it serves or a compilation this torch cannot make."""
 
 from __future__ import annotations
 
 from pql import __version__
+from pql.algos.updates import compile_unavailable
 from pql.config.fields import given
 from pql.config.resolve import Resolved
-from pql.config.schema import ROLE_NAMES, ReplayConfig
+from pql.config.schema import ROLE_NAMES, ReplayConfig, RuntimeConfig
 
 # Sorting more items than this per critic update costs more than the rest of a prioritized update
 # (~6 ms on a 2-core CPU, as much as a whole batch-8192 sampler step).
@@ -15,9 +16,9 @@ RERANK_WARN_ITEMS_PER_UPDATE = 65_536
 
 def announce(resolved: Resolved, replicas: int = 1) -> None:
     """Print the re-rank warning, if any, and the settings line (replicas: under torchrun, how many)."""
-    warning = rerank_warning(resolved.config.replay)
-    if warning is not None:
-        print(warning, flush=True)
+    for warning in (rerank_warning(resolved.config.replay), compile_warning(resolved.config.runtime)):
+        if warning is not None:
+            print(warning, flush=True)
     print(settings_line(resolved, replicas), flush=True)
 
 
@@ -32,6 +33,12 @@ def rerank_warning(replay: ReplayConfig) -> str | None:
         "sort of 2^20 items takes ~0.15 s on a 2-core CPU, docs/kernels.md); null re-sorts every "
         "capacity / batch_size updates"
     )
+
+
+def compile_warning(runtime: RuntimeConfig) -> str | None:
+    """The warning for a runtime.compile this torch cannot honour (the updates then run eagerly)."""
+    reason = compile_unavailable() if runtime.compile else None
+    return None if reason is None else f"pql: warning: runtime.compile=true runs the updates eagerly: {reason}"
 
 
 def settings_line(resolved: Resolved, replicas: int = 1) -> str:

@@ -149,18 +149,27 @@ class ReplicaGroup:
 
     @torch.no_grad()
     def average_gradients(self, params) -> None:
-        """Replace each parameter's gradient by its mean over the replicas, in one all-reduce
-        (a missing gradient counts as zero)."""
+        """Replace each parameter's gradient by its mean over the replicas (a missing gradient
+        counts as zero)."""
         if self.world == 1:
             return
         params = list(params)
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        for p, g in zip(params, self._mean(grads)):
+            p.grad = g
+
+    def gradient_mean(self):
+        """The replicas' mean of a list of gradients (pql.algos.updates.GradientMean); None with one
+        replica, where there is nothing to average."""
+        return None if self.world == 1 else self._mean
+
+    def _mean(self, grads) -> list[torch.Tensor]:
+        """Each gradient's mean over the replicas, in one all-reduce."""
         flat = torch.cat([g.reshape(-1) for g in grads])
         with _collective("the gradient all-reduce"):
             dist.all_reduce(flat, group=self.device)
         flat /= self.world
-        for p, g in zip(params, flat.split([g.numel() for g in grads])):
-            p.grad = g.view_as(p)
+        return [m.view_as(g) for g, m in zip(grads, flat.split([g.numel() for g in grads]))]
 
     @torch.no_grad()
     def broadcast(self, module: torch.nn.Module) -> None:

@@ -117,7 +117,7 @@ class ActorSettings:
 @dataclass(frozen=True)
 class LearnerSettings:
     """What both learners read: their replay's capacity and batch, how often they publish, and
-    whether their loss is compiled."""
+    whether their update is compiled."""
 
     device: torch.device
     seed: int

@@ -6,12 +6,10 @@ replica before each step, so the replicas' networks stay identical."""
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
-from pql.algos.common import Checkpointable, SoftUpdate, adam
 from pql.algos.rules import OffPolicyRules
+from pql.algos.updates import CriticUpdate, PolicyUpdate
 from pql.bulk import disk_size, fits_disk, nbytes, read_bulk, write_bulk
 from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer, UniformSampler, make_sampler, replay_layout, sampler_layout_kind
@@ -43,36 +41,19 @@ def replay_layouts(settings: OffPolicySettings, obs_dim: int, act_dim: int) -> d
     }
 
 
-def compile_update(fn, enabled: bool, device: torch.device):
-    """`fn` (a learner's loss, fixed shapes) compiled when `enabled`: on CUDA as CUDA graphs
-    (torch.compile's "reduce-overhead": the forward and backward replay as one graph launch each
-    instead of dozens of kernel launches), on the CPU with inductor's default fusion."""
-    if not enabled:
-        return fn
-    compiled = torch.compile(fn, mode="reduce-overhead" if device.type == "cuda" else "default", dynamic=False)
-
-    def call(*args):
-        # One call is one training step: the outputs of the previous step's graphs may be reused.
-        torch.compiler.cudagraph_mark_step_begin()
-        return compiled(*args)
-
-    return call
-
-
-class _Learner(Checkpointable, Role):
-    """What both learners share: ingesting the staging ring, the normaliser copy, one optimiser
-    step on a loss, and their state: `state_attrs`, the generator, and on loading, a publication
-    of the networks this learner owns (`publishes`, each under its attribute's name in
-    shared.weights) so that every copy starts from them."""
+class _Learner(Role):
+    """What both learners share: ingesting the staging ring, the normaliser copy, and their state:
+    their update's (`learning`: its networks and optimiser), the generator, and on loading, a
+    publication of the networks this learner owns (`publishes`, each under its attribute's name in
+    the update and in shared.weights) so that every copy starts from them."""
 
     name: str
     consumed_counter: str  # the counter of staged batches this learner has copied
     update_counter: str  # the counter of this learner's updates
     fields: tuple[str, ...]
     publishes: tuple[str, ...]
-    state_attrs: tuple[str, ...]
     copied_networks: tuple[str, ...]
-    optim: torch.optim.Optimizer
+    learning: CriticUpdate | PolicyUpdate
     publish_every: int
     staged_priorities = False  # whether new items take the priorities the actor staged
 
@@ -134,29 +115,22 @@ class _Learner(Checkpointable, Role):
         info = self._update()
         if self.updates % self.publish_every == 0:
             for name in self.publishes:
-                self.shared.weights[name].publish(getattr(self, name))
+                self.shared.weights[name].publish(getattr(self.learning, name))
         if self.updates % LOSS_REPORT_EVERY == 0:
             self._report(info)
         self.shared.add(self.update_counter)
 
     def _update(self) -> dict:
-        """One update of this learner's network from a sampled batch. -> its scalars."""
+        """One update of this learner's network from a sampled batch, counted. -> its scalars."""
         raise NotImplementedError
 
     def _report(self, info: dict) -> None:
         """Post the update's losses to the shared statistics, checked (Diverged)."""
         raise NotImplementedError
 
-    def _optimise(self, loss: torch.Tensor) -> None:
-        self.optim.zero_grad(set_to_none=True)
-        loss.backward()
-        self.group.average_gradients(p for g in self.optim.param_groups for p in g["params"])
-        self.optim.step()
-        self.updates += 1
-
     def state_dict(self) -> dict:
         return {
-            **super().state_dict(),
+            **self.learning.state_dict(),
             "generator": self.generator.get_state(),
             "updates": self.updates,
             "copies": {name: getattr(self, f"{name}_reader").state_dict() for name in self.copied_networks},
@@ -193,7 +167,7 @@ class _Learner(Checkpointable, Role):
             return None
 
     def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
+        self.learning.load_state_dict(state)
         self.generator.set_state(state["generator"])
         self.updates = state["updates"]
         for name, copy_state in state["copies"].items():
@@ -203,15 +177,15 @@ class _Learner(Checkpointable, Role):
             read_bulk(replay["bulk"]["file"], replay["bulk"], self.replay.load_targets(replay))
             self.replay.load_state(replay)
         for name in self.publishes:
-            self.shared.weights[name].publish(getattr(self, name), wait=True)
+            self.shared.weights[name].publish(getattr(self.learning, name), wait=True)
 
 
 class VLearner(_Learner):
     name = "v_learner"
     consumed_counter, update_counter = "consumed_v", "critic_updates"
     publishes = (CRITIC,)
-    state_attrs = ("critic", "target_critic", "optim")
     copied_networks = ("normalizer", "policy")
+    learning: CriticUpdate
 
     def __init__(
         self,
@@ -230,19 +204,11 @@ class VLearner(_Learner):
         super().__init__(settings, shared, rules, ratios, obs_dim, spec, sampler, 2, group)
         self.settings = settings
         self.staged_priorities = settings.staged_priorities
-        self.critic = rules.make_critic().to(device)
-        group.broadcast(self.critic)
-        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.soft_update = SoftUpdate(self.target_critic, self.critic)
-        self.policy = rules.make_policy().to(device).requires_grad_(False)
-        self.policy_reader = WeightsReader(shared.weights[POLICY], self.policy)
-        self.optim = adam(rules.critic_optim_params(self.critic))
-        self.critic_loss = compile_update(
-            lambda batch, weights: rules.critic_loss(self.critic, self.target_critic, self.policy, batch, weights),
-            settings.compile,
-            device,
+        self.learning = CriticUpdate(
+            rules, device, settings.tau, group.broadcast, group.gradient_mean(), settings.compile
         )
-        shared.weights[CRITIC].publish(self.critic, wait=True)
+        self.policy_reader = WeightsReader(shared.weights[POLICY], self.learning.policy)
+        shared.weights[CRITIC].publish(self.learning.critic, wait=True)
 
     def ready(self) -> bool:
         return self.ratios.critic_may_update()
@@ -251,9 +217,8 @@ class VLearner(_Learner):
         if self.updates % self.settings.pull_every == 0:
             self.policy_reader.pull()
         batch, indices, weights = self._sample(self.batch_size)
-        loss, td_abs, info = self.critic_loss(batch, weights)
-        self._optimise(loss)
-        self.soft_update(self.settings.tau)
+        td_abs, info = self.learning.update(batch, weights)
+        self.updates += 1
         self.replay.update_priorities(indices, td_abs)
         return info
 
@@ -274,8 +239,8 @@ class PLearner(_Learner):
     consumed_counter, update_counter = "consumed_p", "policy_updates"
     fields = ("obs",)
     publishes: tuple[str, ...] = (POLICY,)
-    state_attrs: tuple[str, ...] = ("policy", "optim")
     copied_networks = ("normalizer", "critic")
+    learning: PolicyUpdate
 
     def __init__(
         self,
@@ -288,22 +253,14 @@ class PLearner(_Learner):
     ):
         device = settings.device
         super().__init__(settings, shared, rules, ratios, obs_dim, observation_spec(obs_dim), None, 3, group)
-        self.policy = rules.make_policy().to(device)
-        group.broadcast(self.policy)
-        self.critic = rules.make_critic().to(device).requires_grad_(False)
-        self.critic_reader = WeightsReader(shared.weights[CRITIC], self.critic)
-        self.optim = adam(rules.policy_optim_params(self.policy))
-        self.policy_loss = compile_update(
-            lambda obs: rules.policy_loss(self.policy, self.critic, obs), settings.compile, device
+        self.learning = PolicyUpdate(
+            rules, device, settings.policy_average, group.broadcast, group.gradient_mean(), settings.compile
         )
-        self.average_rate = settings.policy_average
-        if self.average_rate:
-            # The policy the run delivers: a Polyak average of this one, published for evaluation.
-            self.delivered = copy.deepcopy(self.policy).requires_grad_(False)
-            self.average = SoftUpdate(self.delivered, self.policy)
-            self.publishes, self.state_attrs = (POLICY, DELIVERED), PLearner.state_attrs + (DELIVERED,)
+        self.critic_reader = WeightsReader(shared.weights[CRITIC], self.learning.critic)
+        if settings.policy_average:
+            self.publishes = (POLICY, DELIVERED)
         for name in self.publishes:
-            shared.weights[name].publish(getattr(self, name), wait=True)
+            shared.weights[name].publish(getattr(self.learning, name), wait=True)
 
     def ready(self) -> bool:
         return self.ratios.policy_may_update()
@@ -311,18 +268,16 @@ class PLearner(_Learner):
     def _update(self) -> dict:
         self.critic_reader.pull()
         batch, _, _ = self._sample(self.batch_size)
-        loss, info = self.policy_loss(batch["obs"])
-        self._optimise(loss)
-        if self.average_rate:
-            # Until 1/τ updates are made, the mean of them all: the first policies would otherwise
-            # keep (1 − τ)^k of the random initial one (37% after 1,000 updates at τ = 0.001).
-            self.average(max(self.average_rate, 1.0 / (self.shared.counters.policy_updates + 1)))
+        info = self.learning.update(batch["obs"])
+        self.updates += 1
         return info
 
     def load_state_dict(self, state: dict) -> None:
-        if self.average_rate and DELIVERED not in state:  # saved without an average: it starts from the policy
+        # Saved without an average: the delivered policy starts from the trained one.
+        if DELIVERED in self.publishes and DELIVERED not in state:
             state = {**state, DELIVERED: state["policy"]}
         super().load_state_dict(state)
+        self.learning.start_count(self.updates)
 
     def _report(self, info: dict) -> None:
         (self.shared.stats.policy_loss,) = host_values(info["policy/loss"])
