@@ -42,17 +42,20 @@ MODES = ("proportional", "rank")
 INDEXES = ("auto", "sum_tree", "flat")
 # The most items the flat index serves on the CPU under index="auto": a draw's O(size) prefix sum
 # costs what the sum-tree's O(B log P) walks cost near 2^17 items at batch 256 on 2 cores, and
-# 5-8 times less at 2^16 (docs/benchmarks.md#kernels, bench/kernel_speed.py). On CUDA the
-# sum-tree's Triton kernels serve every size until a GPU has measured the two.
+# 5-8 times less at 2^16. On CUDA the flat index serves every size: on an H200 at batch 8,192 it
+# drew 1.2-2.9 times faster than the sum-tree's Triton kernels from 2^16 to 2^23 items, the
+# prefix sum being one pass at memory speed where the tree's walks are B·log P dependent reads
+# (docs/benchmarks.md#kernels, bench/kernel_speed.py).
 FLAT_MAX_SIZE_CPU = 2**17
 
 
 def choose_index(index: str, size: int, device: torch.device) -> str:
     """The index that `index` means for a replay of `size` items on `device`: "flat" or
-    "sum_tree" ("auto": the flat index while a CPU replay holds at most FLAT_MAX_SIZE_CPU)."""
+    "sum_tree" ("auto": the flat index on CUDA, and while a CPU replay holds at most
+    FLAT_MAX_SIZE_CPU)."""
     if index != "auto":
         return index
-    return "flat" if device.type == "cpu" and size <= FLAT_MAX_SIZE_CPU else "sum_tree"
+    return "flat" if device.type != "cpu" or size <= FLAT_MAX_SIZE_CPU else "sum_tree"
 
 
 def _make_index(index: str, capacity: int, device: torch.device, validate: bool, impl: str):

@@ -123,11 +123,11 @@ def test_a_saved_sampler_loads_into_the_other_index_and_draws_the_same_law():
     assert torch.equal(again.priorities.min_tree, tree.priorities.min_tree)
 
 
-def test_the_rule_takes_the_flat_index_for_small_cpu_replays_and_the_tree_elsewhere():
+def test_the_rule_takes_the_flat_index_on_cuda_and_for_small_cpu_replays():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert choose_index("auto", FLAT_MAX_SIZE_CPU, cpu) == "flat"
     assert choose_index("auto", FLAT_MAX_SIZE_CPU + 1, cpu) == "sum_tree"
-    assert choose_index("auto", 0, cuda) == "sum_tree"
+    assert choose_index("auto", 0, cuda) == "flat" and choose_index("auto", 2**23, cuda) == "flat"
     assert choose_index("flat", 2**23, cuda) == "flat" and choose_index("sum_tree", 8, cpu) == "sum_tree"
     assert PrioritizedSampler(2**20).index == "flat"  # a CPU replay starts empty
 
