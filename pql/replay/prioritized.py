@@ -42,10 +42,10 @@ MODES = ("proportional", "rank")
 INDEXES = ("auto", "sum_tree", "flat")
 # The most items the flat index serves on the CPU under index="auto": a draw's O(size) prefix sum
 # costs what the sum-tree's O(B log P) walks cost near 2^17 items at batch 256 on 2 cores, and
-# 5-8 times less at 2^16. On CUDA the flat index serves every size: on an H200 at batch 8,192 it
-# drew 1.2-2.9 times faster than the sum-tree's Triton kernels from 2^16 to 2^23 items, the
-# prefix sum being one pass at memory speed where the tree's walks are B·log P dependent reads
-# (docs/benchmarks.md#kernels, bench/kernel_speed.py).
+# 5-8 times less at 2^16. On CUDA the flat index serves every size: on an H200 at batch 8,192 a
+# sampler step (update, draw, weights) on it was 1.2-2.9 times faster than on the sum-tree's
+# Triton kernels from 2^16 to 2^23 items, the prefix sum being one pass at memory speed where the
+# tree's walks are B·log P dependent reads (docs/benchmarks.md#kernels, bench/kernel_speed.py).
 FLAT_MAX_SIZE_CPU = 2**17
 
 
