@@ -12,7 +12,7 @@ efficiency: together env steps/s over what the slowest role alone allows
 (min(actor alone, critic alone · num_envs / beta_av, policy alone · beta_pv · num_envs / beta_av)).
 --csv also writes each figure as a row (task, device, num_envs, batch_size, compile, threads, mps,
 quantity, value; mps: the together run's runtime.mps; threads: the roles alone's). --greedy-nstep
-measures with algo.greedy_nstep=true. The updates are the learners' own (pql.algos.updates): eager,
+measures with algo.greedy_nstep=true. The updates are the learners' own (pql.algos.off_policy): eager,
 or compiled whole where runtime.compile is on (a CUDA graph on CUDA, its default there; --compile
 sets it, auto: the device's default). --threads sets torch's threads for the roles alone (default: torch's own).
 --mps is the together run's runtime.mps (default auto: on CUDA the run starts an MPS daemon of its
@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pql.algos.updates import CriticUpdate, PolicyUpdate
+from pql.algos.off_policy import OffPolicyAlgorithm, UpdateSettings
 from pql.config import MPS_MODES, announce, load_config, resolve
 from pql.replay.nstep import keeps_first_step, transition_spec
 from pql.runtime.device import use_device
@@ -101,17 +101,16 @@ def random_batch(batch_size: int, obs_dim: int, act_dim: int, device, first_step
 
 
 def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tuple[float, float]:
-    """Critic and policy updates/s of the learners' own updates (pql.algos.updates, in the form
-    runtime.compile selects) on one random batch."""
+    """Critic and policy updates/s of the learners' own updates (pql.algos.off_policy, in the form
+    runtime.compile selects) on one random batch, each learner's algorithm its own."""
     rules = make_rules(cfg.algo, obs_dim, act_dim)
-    compile = bool(cfg.runtime.compile)
-    critic = CriticUpdate(rules, device, cfg.algo.tau, lambda module: None, None, compile)
-    policy = PolicyUpdate(rules, device, cfg.algo.policy_average, lambda module: None, None, compile)
+    settings = UpdateSettings(cfg.algo.tau, cfg.algo.policy_average, bool(cfg.runtime.compile))
+    critic, policy = OffPolicyAlgorithm(rules, device, settings), OffPolicyAlgorithm(rules, device, settings)
     batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device, keeps_first_step(cfg.algo))
     weights = torch.ones(cfg.algo.batch_size, device=device)
     return (
-        timed(lambda: critic.update(batch, weights), device, seconds),
-        timed(lambda: policy.update(batch["obs"]), device, seconds),
+        timed(lambda: critic.update_critic(batch, weights), device, seconds),
+        timed(lambda: policy.update_policy(batch["obs"]), device, seconds),
     )
 
 

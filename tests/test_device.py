@@ -226,5 +226,5 @@ def test_role_state_loads_from_a_cpu_checkpoint(make_config, tmp_path):
     for name, role in second.items():
         role.load_state_dict(state[name])
     assert torch.equal(second["v_learner"].generator.get_state(), first["v_learner"].generator.get_state())
-    for k, v in first["p_learner"].learning.policy.state_dict().items():
-        assert torch.equal(v, second["p_learner"].learning.policy.state_dict()[k])
+    for k, v in first["p_learner"].algorithm.policy.state_dict().items():
+        assert torch.equal(v, second["p_learner"].algorithm.policy.state_dict()[k])

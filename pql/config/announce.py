@@ -4,7 +4,7 @@ re-rank schedule that costs more than the updates it serves or a compilation thi
 from __future__ import annotations
 
 from pql import __version__
-from pql.algos.updates import compile_unavailable
+from pql.algos.off_policy import compile_unavailable
 from pql.config.fields import given
 from pql.config.resolve import Resolved
 from pql.config.schema import ROLE_NAMES, ReplayConfig, RuntimeConfig

@@ -159,7 +159,7 @@ class ReplicaGroup:
             p.grad = g
 
     def gradient_mean(self):
-        """The replicas' mean of a list of gradients (pql.algos.updates.GradientMean); None with one
+        """The replicas' mean of a list of gradients (pql.algos.off_policy.GradientMean); None with one
         replica, where there is nothing to average."""
         return None if self.world == 1 else self._mean
 

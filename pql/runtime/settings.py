@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pql.algos.off_policy import UpdateSettings
 from pql.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from pql.config import (
     ALGORITHMS,
@@ -116,15 +117,13 @@ class ActorSettings:
 
 @dataclass(frozen=True)
 class LearnerSettings:
-    """What both learners read: their replay's capacity and batch, how often they publish, and
-    whether their update is compiled."""
+    """What both learners read: their replay's capacity and batch, and how often they publish."""
 
     device: torch.device
     seed: int
     capacity: int
     batch_size: int
     publish_every: int
-    compile: bool
     snapshot_dir: str | None  # where checkpoints write this learner's replay (None: they leave it out)
 
 
@@ -137,23 +136,21 @@ class VLearnerSettings(LearnerSettings):
     keeps_first_step: bool
     staged_priorities: bool
     pull_every: int
-    tau: float
     max_critic_loss: float | None
 
 
 @dataclass(frozen=True)
 class PLearnerSettings(LearnerSettings):
-    """The P-learner's, beyond a learner's: the rate of its delivered policy's average (0: none)."""
-
-    policy_average: float
+    """The P-learner's: a learner's."""
 
 
 @dataclass(frozen=True)
 class OffPolicySettings:
-    """PQL's, PQL-D's and SAC's runner: the algorithm's section for its update rules, how the
-    three roles run and share their data, and each role's own settings."""
+    """PQL's, PQL-D's and SAC's runner: the algorithm's section for its update rules and how its
+    updates run, how the three roles run and share their data, and each role's own settings."""
 
     algo: OffPolicyConfig
+    updates: UpdateSettings
     process_mode: bool
     warmup_steps: int
     ring_slots: int
@@ -298,6 +295,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
     snapshot_dir = cfg.run_dir if runtime.checkpoint_replay else None
     return OffPolicySettings(
         algo=algo,
+        updates=UpdateSettings(algo.tau, algo.policy_average, given(runtime.compile)),
         process_mode=runtime.mode == "process",
         warmup_steps=algo.warmup_steps,
         ring_slots=runtime.max_lag + STAGING_SLOTS_EXTRA,
@@ -322,13 +320,11 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             capacity=capacity,
             batch_size=batch_size,
             publish_every=runtime.critic_publish_every,
-            compile=given(runtime.compile),
             snapshot_dir=snapshot_dir,
             replay=replay,
             keeps_first_step=first_step,
             staged_priorities=replay.actor_priorities,
             pull_every=runtime.v_learner_pull_every,
-            tau=algo.tau,
             max_critic_loss=runtime.max_critic_loss,
         ),
         p_learner=PLearnerSettings(
@@ -337,9 +333,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             capacity=capacity,
             batch_size=batch_size,
             publish_every=runtime.policy_publish_every,
-            compile=given(runtime.compile),
             snapshot_dir=snapshot_dir,
-            policy_average=algo.policy_average,
         ),
     )
 

@@ -6,9 +6,8 @@ observation statistics with theirs at every step and agrees with them on when an
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from pql.algos.rules import OffPolicyRules
+from pql.algos.off_policy import OffPolicyAlgorithm
 from pql.envs import build_env, to_env_action
 from pql.nets import ObsNormalizer
 from pql.replay.nstep import NStepWindow
@@ -33,25 +32,24 @@ class Actor(Role):
         self,
         settings: ActorSettings,
         shared: PQLShared,
-        rules: OffPolicyRules,
+        algorithm: OffPolicyAlgorithm,
         ratios: RatioController,
         fresh_start: bool,
         group: ReplicaGroup,
     ):
-        self.settings, self.shared, self.rules, self.ratios, self.group = settings, shared, rules, ratios, group
+        self.settings, self.shared, self.ratios, self.group = settings, shared, ratios, group
+        self.algorithm = algorithm
         self.device = device = settings.device
         envs = settings.envs
         self.env = build_env(envs.task, envs.num_envs, device, envs.seed)
-        self.policy = rules.make_policy().to(device)
-        self.policy_reader = WeightsReader(shared.weights[POLICY], self.policy)
-        self.acting = InferenceCopy(self.policy, settings.precision)
+        self.policy_reader = WeightsReader(shared.weights[POLICY], algorithm.policy)
+        self.acting = InferenceCopy(algorithm.policy, settings.precision)
         self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
-        self.noise_std = rules.exploration_noise(self.env.num_envs, device)
+        self.noise_std = algorithm.exploration_noise(self.env.num_envs)
         self.window = NStepWindow(settings.nstep, settings.gamma, settings.priority_eta, settings.keeps_first_step)
         # Ape-X: with replay.actor_priorities the actor keeps a critic copy to prioritise its data.
         prioritises = settings.priority_eta is not None
-        self.critic = rules.make_critic().to(device).requires_grad_(False) if prioritises else None
-        self.critic_reader = None if self.critic is None else WeightsReader(shared.weights[CRITIC], self.critic)
+        self.critic_reader = WeightsReader(shared.weights[CRITIC], algorithm.critic) if prioritises else None
         self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
         self.generator = torch.Generator(device=device).manual_seed(settings.envs.seed + 1)
         self.obs = self.env.reset()
@@ -94,9 +92,8 @@ class Actor(Role):
         if self.critic_reader is not None:
             self.critic_reader.pull()
 
-    def _td_abs(self, critic: nn.Module, obs, action, reward, terminated, final_obs) -> torch.Tensor:
-        """One-step |TD error| [N] of this step under the actor's critic and policy copies (its
-        critic copy stands in for the target critic, which only the V-learner has)."""
+    def _td_abs(self, obs, action, reward, terminated, final_obs) -> torch.Tensor:
+        """One-step |TD error| [N] of this step under the actor's critic and policy copies."""
         batch = {
             "obs": self.normalizer(obs),
             "action": action,
@@ -104,7 +101,7 @@ class Actor(Role):
             "next_obs": self.normalizer(final_obs),
             "discount": self.settings.gamma * (~terminated).float(),
         }
-        return self.rules.td_error(critic, critic, self.policy, batch)
+        return self.algorithm.priority(batch)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -125,7 +122,7 @@ class Actor(Role):
                 torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
             )
         else:
-            action = self.rules.explore(self.acting.module, self.normalizer(self.obs), self.noise_std)
+            action = self.algorithm.act(self.normalizer(self.obs), self.noise_std, self.acting.module)
         with finite_actions(self.name, f"actor step {c.actor_steps:,}"):
             next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
         c.env_steps += self.env.num_envs
@@ -136,8 +133,8 @@ class Actor(Role):
             reward = reward * self.settings.reward_scale  # what the critic learns; the episodes above keep the env's
         td_abs = (
             None
-            if self.critic is None
-            else self._td_abs(self.critic, self.obs, action, reward, terminated, info["final_obs"])
+            if self.critic_reader is None
+            else self._td_abs(self.obs, action, reward, terminated, info["final_obs"])
         )
         transition = self.window.push(self.obs, action, reward, terminated, truncated, info["final_obs"], td_abs)
         self.obs = next_obs

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from pql.algos.rules import OffPolicyRules
-from pql.algos.updates import CriticUpdate, PolicyUpdate
+from pql.algos.off_policy import OffPolicyAlgorithm, Part
 from pql.bulk import disk_size, fits_disk, nbytes, read_bulk, write_bulk
 from pql.nets import ObsNormalizer
 from pql.replay import ReplayBuffer, UniformSampler, make_sampler, replay_layout, sampler_layout_kind
@@ -43,9 +42,9 @@ def replay_layouts(settings: OffPolicySettings, obs_dim: int, act_dim: int) -> d
 
 class _Learner(Role):
     """What both learners share: ingesting the staging ring, the normaliser copy, and their state:
-    their update's (`learning`: its networks and optimiser), the generator, and on loading, a
-    publication of the networks this learner owns (`publishes`, each under its attribute's name in
-    the update and in shared.weights) so that every copy starts from them."""
+    the part of the algorithm they train (`part`: its networks and optimiser), the generator, and
+    on loading, a publication of the networks this learner owns (`publishes`, each under its
+    attribute's name in the algorithm and in shared.weights) so that every copy starts from them."""
 
     name: str
     consumed_counter: str  # the counter of staged batches this learner has copied
@@ -53,7 +52,7 @@ class _Learner(Role):
     fields: tuple[str, ...]
     publishes: tuple[str, ...]
     copied_networks: tuple[str, ...]
-    learning: CriticUpdate | PolicyUpdate
+    part: Part
     publish_every: int
     staged_priorities = False  # whether new items take the priorities the actor staged
 
@@ -61,7 +60,7 @@ class _Learner(Role):
         self,
         settings: LearnerSettings,
         shared: PQLShared,
-        rules: OffPolicyRules,
+        algorithm: OffPolicyAlgorithm,
         ratios: RatioController,
         obs_dim: int,
         spec: dict,
@@ -69,7 +68,7 @@ class _Learner(Role):
         seed_offset: int,
         group: ReplicaGroup,
     ):
-        self.shared, self.rules, self.ratios, self.group = shared, rules, ratios, group
+        self.shared, self.algorithm, self.ratios, self.group = shared, algorithm, ratios, group
         self.device = device = settings.device
         self.batch_size, self.publish_every = settings.batch_size, settings.publish_every
         self.snapshot_dir = settings.snapshot_dir
@@ -115,7 +114,7 @@ class _Learner(Role):
         info = self._update()
         if self.updates % self.publish_every == 0:
             for name in self.publishes:
-                self.shared.weights[name].publish(getattr(self.learning, name))
+                self.shared.weights[name].publish(getattr(self.algorithm, name))
         if self.updates % LOSS_REPORT_EVERY == 0:
             self._report(info)
         self.shared.add(self.update_counter)
@@ -130,7 +129,7 @@ class _Learner(Role):
 
     def state_dict(self) -> dict:
         return {
-            **self.learning.state_dict(),
+            **self.algorithm.state_dict(self.part),
             "generator": self.generator.get_state(),
             "updates": self.updates,
             "copies": {name: getattr(self, f"{name}_reader").state_dict() for name in self.copied_networks},
@@ -167,7 +166,7 @@ class _Learner(Role):
             return None
 
     def load_state_dict(self, state: dict) -> None:
-        self.learning.load_state_dict(state)
+        self.algorithm.load_state_dict(state, self.part)
         self.generator.set_state(state["generator"])
         self.updates = state["updates"]
         for name, copy_state in state["copies"].items():
@@ -177,7 +176,7 @@ class _Learner(Role):
             read_bulk(replay["bulk"]["file"], replay["bulk"], self.replay.load_targets(replay))
             self.replay.load_state(replay)
         for name in self.publishes:
-            self.shared.weights[name].publish(getattr(self.learning, name), wait=True)
+            self.shared.weights[name].publish(getattr(self.algorithm, name), wait=True)
 
 
 class VLearner(_Learner):
@@ -185,13 +184,13 @@ class VLearner(_Learner):
     consumed_counter, update_counter = "consumed_v", "critic_updates"
     publishes = (CRITIC,)
     copied_networks = ("normalizer", "policy")
-    learning: CriticUpdate
+    part = "critic"
 
     def __init__(
         self,
         settings: VLearnerSettings,
         shared: PQLShared,
-        rules: OffPolicyRules,
+        algorithm: OffPolicyAlgorithm,
         ratios: RatioController,
         obs_dim: int,
         act_dim: int,
@@ -201,14 +200,12 @@ class VLearner(_Learner):
         sampler = make_sampler(settings.replay, settings.capacity, device)
         spec = transition_spec(obs_dim, act_dim, settings.keeps_first_step)
         self.fields = tuple(spec)
-        super().__init__(settings, shared, rules, ratios, obs_dim, spec, sampler, 2, group)
+        super().__init__(settings, shared, algorithm, ratios, obs_dim, spec, sampler, 2, group)
         self.settings = settings
         self.staged_priorities = settings.staged_priorities
-        self.learning = CriticUpdate(
-            rules, device, settings.tau, group.broadcast, group.gradient_mean(), settings.compile
-        )
-        self.policy_reader = WeightsReader(shared.weights[POLICY], self.learning.policy)
-        shared.weights[CRITIC].publish(self.learning.critic, wait=True)
+        group.broadcast(algorithm.critic)  # before its target is made from it
+        self.policy_reader = WeightsReader(shared.weights[POLICY], algorithm.policy)
+        shared.weights[CRITIC].publish(algorithm.critic, wait=True)
 
     def ready(self) -> bool:
         return self.ratios.critic_may_update()
@@ -217,7 +214,7 @@ class VLearner(_Learner):
         if self.updates % self.settings.pull_every == 0:
             self.policy_reader.pull()
         batch, indices, weights = self._sample(self.batch_size)
-        td_abs, info = self.learning.update(batch, weights)
+        td_abs, info = self.algorithm.update_critic(batch, weights)
         self.updates += 1
         self.replay.update_priorities(indices, td_abs)
         return info
@@ -240,27 +237,24 @@ class PLearner(_Learner):
     fields = ("obs",)
     publishes: tuple[str, ...] = (POLICY,)
     copied_networks = ("normalizer", "critic")
-    learning: PolicyUpdate
+    part = "policy"
 
     def __init__(
         self,
         settings: PLearnerSettings,
         shared: PQLShared,
-        rules: OffPolicyRules,
+        algorithm: OffPolicyAlgorithm,
         ratios: RatioController,
         obs_dim: int,
         group: ReplicaGroup,
     ):
-        device = settings.device
-        super().__init__(settings, shared, rules, ratios, obs_dim, observation_spec(obs_dim), None, 3, group)
-        self.learning = PolicyUpdate(
-            rules, device, settings.policy_average, group.broadcast, group.gradient_mean(), settings.compile
-        )
-        self.critic_reader = WeightsReader(shared.weights[CRITIC], self.learning.critic)
-        if settings.policy_average:
+        super().__init__(settings, shared, algorithm, ratios, obs_dim, observation_spec(obs_dim), None, 3, group)
+        group.broadcast(algorithm.policy)
+        self.critic_reader = WeightsReader(shared.weights[CRITIC], algorithm.critic)
+        if algorithm.policy_average:
             self.publishes = (POLICY, DELIVERED)
         for name in self.publishes:
-            shared.weights[name].publish(getattr(self.learning, name), wait=True)
+            shared.weights[name].publish(getattr(algorithm, name), wait=True)
 
     def ready(self) -> bool:
         return self.ratios.policy_may_update()
@@ -268,16 +262,13 @@ class PLearner(_Learner):
     def _update(self) -> dict:
         self.critic_reader.pull()
         batch, _, _ = self._sample(self.batch_size)
-        info = self.learning.update(batch["obs"])
+        info = self.algorithm.update_policy(batch["obs"])
         self.updates += 1
         return info
 
     def load_state_dict(self, state: dict) -> None:
-        # Saved without an average: the delivered policy starts from the trained one.
-        if DELIVERED in self.publishes and DELIVERED not in state:
-            state = {**state, DELIVERED: state["policy"]}
         super().load_state_dict(state)
-        self.learning.start_count(self.updates)
+        self.algorithm.resume_policy_count(self.updates)
 
     def _report(self, info: dict) -> None:
         (self.shared.stats.policy_loss,) = host_values(info["policy/loss"])

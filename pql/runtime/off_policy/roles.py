@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from pql.algos.off_policy import OffPolicyAlgorithm
 from pql.algos.rules import OffPolicyRules
 from pql.checkpoint import rng_state, set_rng_state
 from pql.config import ALGORITHMS, ROLE_NAMES, OffPolicyConfig
@@ -74,15 +75,17 @@ def build_role(
     act_dim: int,
     fresh_start: bool,
 ) -> Role:
-    """Role `name`, in the process it runs in; with several replicas it joins the group of the
-    same role of every replica first."""
+    """Role `name`, in the process it runs in, with an algorithm of its own (`rules` over its own
+    networks); with several replicas it joins the group of the same role of every replica first."""
     process = settings.process
-    group = role_group(process.replicas, name, settings.role(name).device, process.waits.stall_s)
+    device = settings.role(name).device
+    group = role_group(process.replicas, name, device, process.waits.stall_s)
+    algorithm = OffPolicyAlgorithm(rules, device, settings.updates, group.gradient_mean())
     if name == "actor":
-        return Actor(settings.actor, shared, rules, ratios, fresh_start, group)
+        return Actor(settings.actor, shared, algorithm, ratios, fresh_start, group)
     if name == "v_learner":
-        return VLearner(settings.v_learner, shared, rules, ratios, obs_dim, act_dim, group)
-    return PLearner(settings.p_learner, shared, rules, ratios, obs_dim, group)
+        return VLearner(settings.v_learner, shared, algorithm, ratios, obs_dim, act_dim, group)
+    return PLearner(settings.p_learner, shared, algorithm, ratios, obs_dim, group)
 
 
 def role_main(

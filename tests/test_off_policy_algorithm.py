@@ -1,6 +1,8 @@
-"""The learners' updates (pql.algos.updates) of PQL, PQL-D and SAC, in their eager and compiled
-forms: the compiled one is one graph with no break, the eager one reads nothing back to the host,
-and both make the same parameters."""
+"""PQL, PQL-D and SAC as algorithm objects (pql.algos.off_policy): their updates in the eager and
+compiled forms, the compiled one graph with no break, the eager one reading nothing back to the
+host, both making the same parameters; a role's networks made as it reads them; checkpoints."""
+
+import io
 
 import pytest
 import torch
@@ -8,7 +10,7 @@ import torch._inductor.config
 from host_syncs import HostSyncs
 from test_runtime import SMALL
 
-from pql.algos.updates import CompiledAdam, CriticUpdate, PolicyUpdate
+from pql.algos.off_policy import CompiledAdam, OffPolicyAlgorithm, UpdateSettings
 from pql.config import resolve
 from pql.runtime.off_policy.roles import make_rules
 
@@ -29,31 +31,39 @@ def batch_of(seed: int) -> tuple[dict, torch.Tensor]:
     return batch, torch.rand(BATCH, generator=gen) + 0.5
 
 
-def updates(make_config, algo: str, compile: bool, seed: int = 0, device: torch.device = CPU):
+def algorithm(make_config, algo: str, compile: bool, device: torch.device = CPU) -> OffPolicyAlgorithm:
     cfg = resolve(make_config(SMALL + [f"algo={algo}", "runtime.device=cpu"])).config
-    rules = make_rules(cfg.algo, OBS_DIM, ACT_DIM)
+    return OffPolicyAlgorithm(make_rules(cfg.algo, OBS_DIM, ACT_DIM), device, UpdateSettings(0.05, 0.05, compile))
+
+
+def updates(make_config, algo: str, compile: bool, seed: int = 0, device: torch.device = CPU):
+    """The algorithm objects of a V-learner and a P-learner, their networks made in the learners'
+    order."""
     torch.manual_seed(seed)
-    critic = CriticUpdate(rules, device, 0.05, lambda module: None, None, compile)
-    policy = PolicyUpdate(rules, device, 0.05, lambda module: None, None, compile)
-    return critic, policy
+    v_learner, p_learner = (algorithm(make_config, algo, compile, device) for _ in range(2))
+    _ = v_learner.critic, v_learner.policy  # made on first use: in the V-learner's order,
+    _ = p_learner.policy, p_learner.critic  # and in the P-learner's
+    return v_learner, p_learner
 
 
-def run(critic: CriticUpdate, policy: PolicyUpdate, n: int) -> list[torch.Tensor]:
-    """n updates of each, on batches of their own; -> every tensor they changed."""
-    device = critic.params[0].device
+def run(v_learner: OffPolicyAlgorithm, p_learner: OffPolicyAlgorithm, n: int) -> list[torch.Tensor]:
+    """n updates of each, on batches of their own, each learner's copy of the other's network
+    refreshed before its update; -> every tensor they changed."""
+    device = v_learner.device
     for i in range(n):
         batch, weights = batch_of(i)
         batch, weights = {k: v.to(device) for k, v in batch.items()}, weights.to(device)
-        td_abs, stats = critic.update(batch, weights)
+        v_learner.policy.load_state_dict(p_learner.policy.state_dict())
+        td_abs, stats = v_learner.update_critic(batch, weights)
         assert td_abs.shape == (BATCH,) and stats["critic/loss"].dim() == 0
-        policy.critic.load_state_dict(critic.critic.state_dict())
-        stats = policy.update(batch["obs"])
+        p_learner.critic.load_state_dict(v_learner.critic.state_dict())
+        stats = p_learner.update_policy(batch["obs"])
         assert stats["policy/loss"].dim() == 0
     return [
-        *critic.critic.parameters(),
-        *critic.target_critic.parameters(),
-        *policy.policy.parameters(),
-        *policy.delivered.parameters(),
+        *v_learner.critic.parameters(),
+        *v_learner.target_critic.parameters(),
+        *p_learner.policy.parameters(),
+        *p_learner.delivered.parameters(),
     ]
 
 
@@ -111,9 +121,9 @@ def test_a_host_read_in_a_compiled_update_fails_it(make_config, monkeypatch):
         return out if out[0].item() < 1e9 else None
 
     monkeypatch.setattr(rules, "critic_loss", reading)
-    critic = CriticUpdate(rules, CPU, 0.05, lambda module: None, None, True)
+    compiled = OffPolicyAlgorithm(rules, CPU, UpdateSettings(0.05, 0.0, True))
     with pytest.raises(torch._dynamo.exc.TorchDynamoException, match="data-dependent"):
-        critic.update(*batch_of(0))
+        compiled.update_critic(*batch_of(0))
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -153,3 +163,44 @@ def test_compiled_adam_is_torch_s_adam():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
     assert ours_optim.state_dict()["state"][0]["step"].item() == 5
     torch.testing.assert_close(ours_optim.state[ours[0]]["exp_avg"], theirs_optim.state[theirs[0]]["exp_avg"])
+
+
+def test_a_role_makes_only_the_networks_it_reads(make_config):
+    """The actor acts: a policy and nothing else; the V-learner's update makes the critic, its
+    target and their optimiser beside the policy copy, and no policy optimiser or average."""
+    actor = algorithm(make_config, "pql", False)
+    actor.act(torch.randn(3, OBS_DIM), actor.exploration_noise(3))
+    assert {"policy"} == {k for k in ("critic", "target_critic", "policy", "delivered") if k in vars(actor)}
+    v_learner = algorithm(make_config, "pql", False)
+    v_learner.update_critic(*batch_of(0))
+    made = {
+        k
+        for k in ("critic", "target_critic", "policy", "delivered", "critic_optim", "policy_optim")
+        if k in vars(v_learner)
+    }
+    assert made == {"critic", "target_critic", "policy", "critic_optim"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_a_resumed_algorithm_updates_as_the_uninterrupted_one(make_config, compile):
+    """Each learner's part saved after three updates and loaded into fresh objects, one of them
+    having updated already (a compiled step then takes the optimiser's new state tensors): three
+    more updates give the uninterrupted objects' tensors, bit for bit."""
+    torch._dynamo.reset()
+    first = updates(make_config, "sac", compile, seed=0)
+    run(*first, 3)
+    file = io.BytesIO()  # as a checkpoint holds them: copies, not the live tensors
+    torch.save([first[0].state_dict("critic"), first[1].state_dict("policy")], file)
+    file.seek(0)
+    saved = torch.load(file)
+    resumed = updates(make_config, "sac", compile, seed=1)
+    run(*resumed, 1)
+    resumed[0].load_state_dict(saved[0], "critic")
+    resumed[1].load_state_dict(saved[1], "policy")
+    resumed[1].resume_policy_count(3)
+    torch.manual_seed(2)  # SAC's draws
+    uninterrupted = [t.detach().clone() for t in run(*first, 3)]
+    torch.manual_seed(2)
+    for a, b in zip(uninterrupted, run(*resumed, 3)):
+        assert torch.equal(a, b)
