@@ -151,11 +151,18 @@ def test_the_stall_limit_waits_for_startup(tmp_path):
 
 @pytest.mark.slow
 def test_a_compiled_run_trains_and_resumes(make_config, tmp_path):
+    """The learners' compiled updates, while the replay fills (its write position moves between
+    every two updates): one graph each, made once, with no break; then a resume trains on."""
     first = make_config(
         SMALL + ["runtime.mode=sequential", "runtime.device=cpu", "runtime.compile=true", "runtime.max_env_steps=600"],
         run_dir=tmp_path / "first",
     )
+    counters = torch._dynamo.utils.counters
+    torch._dynamo.reset()
+    counters.clear()
     train(first)
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # the critic's and the policy's
+    assert not counters["graph_break"], dict(counters["graph_break"])
     second = make_config(
         SMALL
         + [
