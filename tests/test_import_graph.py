@@ -9,6 +9,8 @@ only when the module runs as a program; neither can close a circle at import tim
 
 import ast
 import os
+import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -126,3 +128,11 @@ def test_a_registry_under_type_checking_would_be_a_cycle():
     }
     graph["pql.algos.rules"] |= tree_edges
     assert cycles(graph) == [["pql.algos.pql", "pql.algos.rules"]]
+
+
+def test_importing_the_config_imports_no_torch():
+    """train.py reads the command line and the config before torch: Isaac Gym must be imported
+    first (pql.cli.import_isaacgym_first)."""
+    code = "import sys, pql.config; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"

@@ -10,8 +10,9 @@ import torch._inductor.config
 from host_syncs import HostSyncs
 from test_runtime import SMALL
 
-from pql.algos.off_policy import CompiledAdam, OffPolicyAlgorithm, UpdateSettings
+from pql.algos.off_policy import CompiledAdam, OffPolicyAlgorithm, UpdateSettings, compile_unavailable
 from pql.config import resolve
+from pql.config.announce import compile_warning
 from pql.runtime.off_policy.roles import make_rules
 
 OBS_DIM, ACT_DIM, BATCH = 4, 1, 32
@@ -204,3 +205,17 @@ def test_a_resumed_algorithm_updates_as_the_uninterrupted_one(make_config, compi
     torch.manual_seed(2)
     for a, b in zip(uninterrupted, run(*resumed, 3)):
         assert torch.equal(a, b)
+
+
+def test_without_a_cpp_compiler_the_updates_run_eagerly_and_the_start_says_so(make_config, monkeypatch):
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("no-such-compiler++",))
+    assert "no C++ compiler" in compile_unavailable(CPU)
+    compiled = algorithm(make_config, "pql", True)
+    compiled.update_critic(*batch_of(0))
+    assert not compiled.compile and compiled._critic_step.adam is None  # the eager form
+    resolved = resolve(make_config(SMALL + ["runtime.device=cpu", "runtime.compile=true"]))
+    assert compile_warning(resolved) == (
+        "pql: warning: runtime.compile=true runs the updates eagerly: no C++ compiler for "
+        "torch.compile's CPU code (g++, or the one $CXX names)"
+    )
+    assert compile_warning(resolve(make_config(SMALL + ["runtime.device=cpu"]))) is None

@@ -134,13 +134,21 @@ class CompiledAdam:
             torch._foreach_sub_(params, update)
 
 
-def compile_unavailable() -> str | None:
-    """Why this torch cannot compile a whole update into one graph, or None where it can: the
-    gradients are taken inside the graph, which needs dynamo to trace torch.autograd.grad."""
+def compile_unavailable(device: torch.device) -> str | None:
+    """Why an update on `device` cannot be compiled into one graph here, or None where it can: the
+    gradients are taken inside the graph, which needs dynamo to trace torch.autograd.grad, and on
+    the CPU inductor writes C++, which needs a compiler."""
     import torch._dynamo
+    import torch._inductor.cpp_builder
+    import torch._inductor.exc
 
     if not hasattr(torch._dynamo.config, "trace_autograd_ops"):
         return f"torch {torch.__version__} cannot trace torch.autograd.grad into a graph (no trace_autograd_ops)"
+    if device.type == "cpu":
+        try:
+            torch._inductor.cpp_builder.get_cpp_compiler()
+        except torch._inductor.exc.InvalidCxxCompiler:
+            return "no C++ compiler for torch.compile's CPU code (g++, or the one $CXX names)"
     return None
 
 
@@ -259,7 +267,7 @@ class OffPolicyAlgorithm(Generic[PolicyT, NoiseT]):
     ):
         self.rules, self.device = rules, device
         self.tau, self.policy_average = settings.tau, settings.policy_average
-        self.compile = settings.compile and compile_unavailable() is None  # else the run's start said why
+        self.compile = settings.compile and compile_unavailable(device) is None  # else the run's start said why
         self.gradient_mean = gradient_mean
         self.policy_updates = 0  # k, for the eager average's rate (set on a resume: resume_policy_count)
 
@@ -310,6 +318,12 @@ class OffPolicyAlgorithm(Generic[PolicyT, NoiseT]):
         """|TD error| [B] of a normalised batch, the critic standing in for its target (Ape-X's
         actor priorities: the actor holds a critic copy, and only the V-learner a target)."""
         return self.rules.td_error(self.critic, self.critic, self.policy, batch)
+
+    def prepare(self, part: Part) -> None:
+        """Make what `part`'s updates need (the target or the average, the optimiser, the step) now
+        instead of at the first update: the first torch optimiser of a process imports torch's
+        compiler, a second or two on a CPU, which mid-run would hold the other roles back."""
+        _ = self._critic_step if part == "critic" else self._policy_step
 
     def update_critic(self, batch: Batch, weights: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         """One critic update on a normalised batch (pql.algos.rules.Batch). weights: importance

@@ -4,10 +4,9 @@ re-rank schedule that costs more than the updates it serves or a compilation thi
 from __future__ import annotations
 
 from pql import __version__
-from pql.algos.off_policy import compile_unavailable
 from pql.config.fields import given
 from pql.config.resolve import Resolved
-from pql.config.schema import ROLE_NAMES, ReplayConfig, RuntimeConfig
+from pql.config.schema import ROLE_NAMES, ReplayConfig
 
 # Sorting more items than this per critic update costs more than the rest of a prioritized update
 # (~6 ms on a 2-core CPU, as much as a whole batch-8192 sampler step).
@@ -16,7 +15,7 @@ RERANK_WARN_ITEMS_PER_UPDATE = 65_536
 
 def announce(resolved: Resolved, replicas: int = 1) -> None:
     """Print the re-rank warning, if any, and the settings line (replicas: under torchrun, how many)."""
-    for warning in (rerank_warning(resolved.config.replay), compile_warning(resolved.config.runtime)):
+    for warning in (rerank_warning(resolved.config.replay), compile_warning(resolved)):
         if warning is not None:
             print(warning, flush=True)
     print(settings_line(resolved, replicas), flush=True)
@@ -35,10 +34,21 @@ def rerank_warning(replay: ReplayConfig) -> str | None:
     )
 
 
-def compile_warning(runtime: RuntimeConfig) -> str | None:
-    """The warning for a runtime.compile this torch cannot honour (the updates then run eagerly)."""
-    reason = compile_unavailable() if runtime.compile else None
-    return None if reason is None else f"pql: warning: runtime.compile=true runs the updates eagerly: {reason}"
+def compile_warning(resolved: Resolved) -> str | None:
+    """The warning for a runtime.compile that cannot be honoured on a learner's device (the updates
+    then run eagerly)."""
+    if not resolved.config.runtime.compile:
+        return None
+    # Imported only here: importing pql.config never imports torch (Isaac Gym's must come first).
+    import torch
+
+    from pql.algos.off_policy import compile_unavailable
+
+    devices = {getattr(resolved.devices, name) for name in ("v_learner", "p_learner")}
+    reasons = {reason for device in sorted(devices) if (reason := compile_unavailable(torch.device(device)))}
+    if not reasons:
+        return None
+    return f"pql: warning: runtime.compile=true runs the updates eagerly: {'; '.join(sorted(reasons))}"
 
 
 def settings_line(resolved: Resolved, replicas: int = 1) -> str:

@@ -486,7 +486,8 @@ class RuntimeConfig:
         None,
         "true, false or null",
         on_device=(True, False),
-        doc="the learners' updates compiled with torch.compile (CUDA graphs on CUDA)",
+        doc="each learner's whole update compiled as one graph by torch.compile (a CUDA graph on CUDA; "
+        "on the CPU a C++ compiler is needed, and without one the updates run eagerly)",
     )
     mps: str = option(
         "auto",

@@ -205,6 +205,7 @@ class VLearner(_Learner):
         self.staged_priorities = settings.staged_priorities
         group.broadcast(algorithm.critic)  # before its target is made from it
         self.policy_reader = WeightsReader(shared.weights[POLICY], algorithm.policy)
+        algorithm.prepare(self.part)
         shared.weights[CRITIC].publish(algorithm.critic, wait=True)
 
     def ready(self) -> bool:
@@ -253,6 +254,7 @@ class PLearner(_Learner):
         self.critic_reader = WeightsReader(shared.weights[CRITIC], algorithm.critic)
         if algorithm.policy_average:
             self.publishes = (POLICY, DELIVERED)
+        algorithm.prepare(self.part)
         for name in self.publishes:
             shared.weights[name].publish(getattr(algorithm, name), wait=True)
 
