@@ -4,6 +4,7 @@ See tasks/base.py for the protocol every env follows, docs/tasks.md for pql's ta
 backends, and docs/own_env.md for the forms that bring an env of the user's own:
 
     <Task>                pql's own (TASK_NAMES)
+    dmc/<domain>-<task>   the DeepMind Control Suite's, on pql's simulators (DMC_TASK_NAMES, tasks/dmc/)
     gym:<EnvId>           a Gymnasium id, vectorised by Gymnasium (tasks/gym_env.py)
     <module>:<factory>    a factory of the user's own returning a pql BatchedEnv or an env with
                           rsl_rl's VecEnv interface (tasks/factory.py, tasks/rsl_rl_env.py)
@@ -13,18 +14,23 @@ backends, and docs/own_env.md for the forms that bring an env of the user's own:
 from __future__ import annotations
 
 from .base import BatchedEnv, TaskError, check_num_envs, resolve_device
+from .dmc import DMC_TASKS
+from .dmc import PREFIX as DMC_PREFIX
 from .mujoco import TASKS, make_mujoco_env, resolve_backend
 
 TASK_NAMES = tuple(TASKS)
+DMC_TASK_NAMES = tuple(DMC_TASKS)
 ISAACGYM_PREFIX = "isaacgym/"
 GYM_PREFIX = "gym:"
 FORMS = f"gym:<EnvId>, <module>:<factory> or {ISAACGYM_PREFIX}<Task>"
 
 
 def task_form(name: str) -> str | None:
-    """Which form `name` takes: "own", "gym", "factory", "isaacgym", or None for no task name at all."""
+    """Which form `name` takes: "own", "dmc", "gym", "factory", "isaacgym", or None for no task name at all."""
     if name in TASKS:
         return "own"
+    if name.startswith(DMC_PREFIX):
+        return "dmc"
     if name.startswith(ISAACGYM_PREFIX):
         return "isaacgym"
     if name.startswith(GYM_PREFIX):
@@ -40,7 +46,9 @@ def precheck(name: str, kwargs: dict | None = None, import_module: str | None = 
     Gymnasium id is registered and its spaces are ones pql takes (one plain env is made and
     closed), a factory imports by its name, Isaac Gym is installed. Raises TaskError."""
     form = task_form(name)
-    if form == "gym":
+    if form == "dmc":
+        check_dmc_name(name)
+    elif form == "gym":
         from .gym_env import check_gym_id
 
         check_gym_id(name[len(GYM_PREFIX) :], dict(kwargs or {}), import_module)
@@ -63,12 +71,15 @@ def make(
     kwargs: dict | None = None,
     import_module: str | None = None,
     vectorization: str = "async",
+    action_repeat: int = 1,
 ) -> BatchedEnv:
     """A batched env of `num_envs` copies of task `name`, its tensors on `device`.
 
-    name: one of TASK_NAMES, or one of the forms of the module docstring.
+    name: one of TASK_NAMES or DMC_TASK_NAMES, or one of the forms of the module docstring.
     backend: "auto" (mjwarp on CUDA, mujoco on the CPU; the choice is printed), "mujoco" (MuJoCo C
     on CPU threads) or "mjwarp" (MuJoCo Warp on `device`); pql's own tasks only.
+    action_repeat: each action applied for that many control steps, their rewards summed
+    (dmc/ tasks only; tasks.mujoco.env.MujocoEnv).
     kwargs: the env's keyword arguments (gym:<EnvId>: gym.make's; <module>:<factory>: the
     factory's); import_module: imported before a gym:<EnvId> is made (where a package registers
     its ids); vectorization: "async" or "sync" Gymnasium vector env, for gym:<EnvId>.
@@ -80,8 +91,16 @@ def make(
     kwargs = dict(kwargs or {})
     form = task_form(name) if isinstance(name, str) else None
     if form is None:
-        raise TaskError(f"unknown task {name!r}; known tasks: {', '.join(TASK_NAMES)}, or {FORMS}")
-    if form != "own" and backend != "auto":
+        raise TaskError(
+            f"unknown task {name!r}; known tasks: {', '.join(TASK_NAMES)}, {DMC_PREFIX}<domain>-<task>, or {FORMS}"
+        )
+    if form == "dmc":
+        check_dmc_name(name)
+    if action_repeat != 1 and form != "dmc":
+        raise TaskError(
+            f"task {name}: action_repeat must be 1, got {action_repeat}: only {DMC_PREFIX}<domain>-<task> tasks repeat actions"
+        )
+    if form not in ("own", "dmc") and backend != "auto":
         raise TaskError(f"task {name}: task.backend={backend!r} picks a simulator of pql's own tasks; leave it auto")
     if form not in ("gym", "factory") and kwargs:
         raise TaskError(
@@ -106,4 +125,11 @@ def make(
     chosen = resolve_backend(backend, device)
     if backend == "auto":
         print(f"tasks: {name} x{num_envs} on {device} with backend '{chosen}' (auto)")
-    return make_mujoco_env(name, num_envs, device, int(seed), chosen)
+    task_cls = DMC_TASKS[name] if form == "dmc" else TASKS[name]
+    return make_mujoco_env(task_cls, num_envs, device, int(seed), chosen, action_repeat)
+
+
+def check_dmc_name(name: str) -> None:
+    """Raises TaskError unless `name` is one of DMC_TASK_NAMES."""
+    if name not in DMC_TASKS:
+        raise TaskError(f"unknown DeepMind Control Suite task {name!r}; known: {', '.join(DMC_TASK_NAMES)}")

@@ -17,6 +17,7 @@ from .pusher import Pusher
 from .reacher import Reacher
 from .shadow_hand_cube import ShadowHandCube
 from .swimmer import Swimmer
+from .task import Task
 from .walker2d import Walker2d
 
 TASKS = {
@@ -50,10 +51,12 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def make_mujoco_env(name: str, num_envs: int, device: torch.device, seed: int, backend: str) -> MujocoEnv:
-    """A MujocoEnv of task `name` on a resolved backend ("mujoco" or "mjwarp")."""
+def make_mujoco_env(
+    task_cls: type[Task], num_envs: int, device: torch.device, seed: int, backend: str, action_repeat: int = 1
+) -> MujocoEnv:
+    """A MujocoEnv of `task_cls` on a resolved backend ("mujoco" or "mjwarp")."""
     if backend == "mjwarp":
         from .physics_mjwarp import MjwarpPhysics as physics_cls
     else:
         from .physics_mujoco import MujocoPhysics as physics_cls
-    return MujocoEnv(TASKS[name], num_envs, device, seed, physics_cls)
+    return MujocoEnv(task_cls, num_envs, device, seed, physics_cls, action_repeat=action_repeat)

@@ -9,15 +9,18 @@ from __future__ import annotations
 import mujoco
 import torch
 
-from ..base import ActionCheck, BatchedEnv, check_state_fits
-from .task import Task, load_asset
+from ..base import ActionCheck, BatchedEnv, TaskError, check_state_fits
+from .task import Task
 
 
 class MujocoEnv(BatchedEnv):
     """`num_envs` copies of `task_cls` on `physics_cls` (MujocoPhysics or MjwarpPhysics).
 
     Tensors are [N, ...] on `device`; see tasks.base for the protocol. `model` replaces the task's
-    own MJCF model (the parity tests pass one with edited solver options).
+    own MJCF model (the parity tests pass one with edited solver options). `action_repeat` > 1
+    applies each action for that many of the task's steps, sums their rewards and counts the
+    time limit in the steps taken (ceil(limit / action_repeat)); only a task that cannot
+    terminate takes it.
     """
 
     def __init__(
@@ -28,9 +31,18 @@ class MujocoEnv(BatchedEnv):
         seed: int,
         physics_cls,
         model: mujoco.MjModel | None = None,
+        action_repeat: int = 1,
     ):
-        model = model or load_asset(task_cls.xml)
+        model = model or task_cls.load_model()
         self.task = task_cls(model, physics_cls.dtype, device)
+        if action_repeat != 1 and (self.task.can_terminate or action_repeat < 1):
+            raise TaskError(
+                f"action_repeat must be 1 for {self.task.name}, got {action_repeat}: only tasks whose episodes "
+                f"cannot terminate (the DeepMind Control Suite's) repeat actions"
+                if action_repeat > 1
+                else f"action_repeat must be an integer >= 1, got {action_repeat}"
+            )
+        self.action_repeat = action_repeat
         self.task.start(num_envs, seed)
         self.physics = physics_cls(model, num_envs, device, self.task, seed)
         self.episode_metric = self.task.episode_metric
@@ -39,7 +51,7 @@ class MujocoEnv(BatchedEnv):
         self._seed = seed
         self.obs_dim = self.task.obs_dim
         self.act_dim = model.nu
-        self.max_episode_steps = self.task.max_episode_steps
+        self.max_episode_steps = -(-self.task.max_episode_steps // action_repeat)
         low, high = self.task.action_range(model)
         self.action_low, self.action_high = low.to(device, torch.float32), high.to(device, torch.float32)
         self._check_actions = ActionCheck(num_envs, self.act_dim, device)
@@ -53,24 +65,28 @@ class MujocoEnv(BatchedEnv):
 
     def step(self, actions: torch.Tensor):
         self._check_actions(actions)
-        self.physics.step(self.task.control(actions), self.task.frame_skip)
-        state = self.physics.state
-        position = self.task.position(state)
-        velocity = None
-        if position is not None:
-            velocity = (position - self._position) / self.task.dt
-            self._position = position.clone()
-        reward, terminated, terms = self.task.reward_and_termination(state, velocity, actions)
+        reward: torch.Tensor | None = None
+        for _ in range(self.action_repeat):
+            self.physics.step(self.task.control(actions), self.task.frame_skip)
+            state = self.physics.state
+            position = self.task.position(state)
+            velocity = None
+            if position is not None:
+                velocity = (position - self._position) / self.task.dt
+                self._position = position.clone()
+            step_reward, terminated, terms = self.task.reward_and_termination(state, velocity, actions)
+            reward = step_reward if reward is None else reward + step_reward
         obs = self.task.observe(state).float()  # after: a goal reached there is replaced by the next
         if velocity is not None:
             terms.update(zip(("x_velocity", "y_velocity"), velocity.unbind(1)))
         # One stacked copy (one kernel, not one per entry): an entry may be a view of the physics
         # state, which the restart below overwrites.
-        info = dict(zip(terms, torch.stack(list(terms.values())).to(torch.float32).unbind()))
+        info = dict(zip(terms, torch.stack(list(terms.values())).to(torch.float32).unbind())) if terms else {}
         self._elapsed += 1
         truncated = (self._elapsed >= self.max_episode_steps) & ~terminated
         info["final_obs"] = obs
         obs_after_reset = self._restart(terminated | truncated, obs)
+        assert reward is not None
         return obs_after_reset, reward.float(), terminated, truncated, info
 
     def reset_to(self, qpos: torch.Tensor, qvel: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -94,7 +110,7 @@ class MujocoEnv(BatchedEnv):
         "task_state" what the task keeps per env (tasks that keep any: Task.state_dict).
         """
         state = {
-            "task": type(self.task).__name__,
+            "task": self.task.name,
             "backend": self.physics.backend,
             "num_envs": self.num_envs,
             "seed": self._seed,
@@ -125,7 +141,10 @@ class MujocoEnv(BatchedEnv):
 
     def _restart(self, mask: torch.Tensor, obs: torch.Tensor, initial=None) -> torch.Tensor:
         """Start new episodes where mask [N] is true, at `initial` (qpos, qvel) or at random
-        (Task.add_reset_noise, drawn only for those envs); obs [N, obs_dim] is kept elsewhere."""
+        (the task's draw_starts, or the physics' Task.add_reset_noise, drawn only for those envs);
+        obs [N, obs_dim] is kept elsewhere."""
+        if initial is None:
+            initial = self.task.draw_starts(mask)
         self.physics.reset(mask, initial)
         state = self.physics.state
         self.task.restart(mask, state)

@@ -100,10 +100,11 @@ class MjwarpPhysics:
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device, task: Task, seed: int):
         self._task, self._seed = task, seed
-        self._task_name = type(task).__name__
+        self._task_name = task.name
         fields = task.fields
+        self._dm_control = task.stepping == "dm_control"
         unknown = [name for name in fields if name not in _STAGES_NEEDED and name not in _FORWARD_NEEDED]
-        if unknown:
+        if unknown and not self._dm_control:  # dm_control's reset runs a full forward
             raise TaskError(
                 f"{self._task_name} reads {', '.join(unknown)}, which the mjwarp backend does not "
                 f"recompute after a reset; it can give {', '.join((*_STAGES_NEEDED, *_FORWARD_NEEDED))}"
@@ -125,7 +126,16 @@ class MjwarpPhysics:
             self._data = mjw.make_data(model, nworld=num_envs, nconmax=task.nconmax, njmax=task.njmax)
         # Overflows raise a TaskError below; Warp's own printf would print once per world per step.
         self._model.opt.warn_overflow = 0
-        if any(name in _FORWARD_NEEDED for name in fields):
+        if self._dm_control:
+            # dm_control's reset: a full forward with actuation disabled, made on a copy of the
+            # model that differs only in that flag.
+            quiet = copy.copy(model)
+            quiet.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
+            with wp.ScopedDevice(self._device):
+                without_actuation = mjw.put_model(quiet)
+            without_actuation.opt.warn_overflow = 0
+            self._stages = (lambda _, data: mjw.forward(without_actuation, data),)
+        elif any(name in _FORWARD_NEEDED for name in fields):
             self._stages = (mjw.forward,)
         else:
             self._stages = _RESET_STAGES[: max(_STAGES_NEEDED[name] for name in fields)]
@@ -160,8 +170,17 @@ class MjwarpPhysics:
         self._check_overflow()
 
     def _substeps(self, nstep: int) -> None:
-        for _ in range(nstep):
-            mjw.step(self._model, self._data)
+        if self._dm_control:
+            # dm_control's step (see Task.stepping): mj_step2 first unless RK4, which cannot be split.
+            split = self._model.opt.integrator != mjw.IntegratorType.RK4
+            if split:
+                mjw.step2(self._model, self._data)
+            for _ in range(nstep - split):
+                mjw.step(self._model, self._data)
+            mjw.step1(self._model, self._data)
+        else:
+            for _ in range(nstep):
+                mjw.step(self._model, self._data)
         if self._post_constraint:
             mjw.rne_postconstraint(self._model, self._data)
         # Gathered here because reset_data clears a restarting world's flags.

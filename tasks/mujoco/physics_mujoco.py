@@ -52,6 +52,8 @@ class MujocoPhysics:
         self._datas = [mujoco.MjData(model) for _ in range(num_envs)]
         self._ctrl = [d.ctrl for d in self._datas]
         self._post_constraint = "cfrc_ext" in fields
+        self._dm_control = task.stepping == "dm_control"
+        self._rk4 = model.opt.integrator == mujoco.mjtIntegrator.mjINT_RK4
         # The reset noise is drawn into host buffers by a graph of the task's kernel: Warp replays it
         # in C++ in about 1 us, where a launch from Python takes about 30 us.
         init_warp()
@@ -92,7 +94,20 @@ class MujocoPhysics:
 
     def _step_worlds(self, start: int, stop: int, ctrl: np.ndarray, nstep: int) -> None:
         model, step, post = self.model, mujoco.mj_step, mujoco.mj_rnePostConstraint
-        for data, data_ctrl, u in zip(self._datas[start:stop], self._ctrl[start:stop], ctrl[start:stop]):
+        worlds = zip(self._datas[start:stop], self._ctrl[start:stop], ctrl[start:stop])
+        if self._dm_control:
+            # dm_control's step: the first substep finishes with mj_step2 from the last mj_step1
+            # (or the reset's mj_forward), the last one is followed by mj_step1. RK4 cannot be split.
+            split = not self._rk4
+            for data, data_ctrl, u in worlds:
+                data_ctrl[:] = u
+                if split:
+                    mujoco.mj_step2(model, data)
+                if nstep > split:
+                    step(model, data, nstep - split)
+                mujoco.mj_step1(model, data)
+            return
+        for data, data_ctrl, u in worlds:
             data_ctrl[:] = u
             step(model, data, nstep)
             if self._post_constraint:
@@ -113,14 +128,20 @@ class MujocoPhysics:
             qpos, qvel = self._start_qpos.numpy(), self._start_qvel.numpy()
         else:
             qpos, qvel = (t.detach().to("cpu", torch.float64).numpy() for t in initial)
-        for i in ids:
-            data = self._datas[i]
-            mujoco.mj_resetData(self.model, data)
-            data.qpos[:] = qpos[i]
-            data.qvel[:] = qvel[i]
-            mujoco.mj_forward(self.model, data)
-            for name, views in self._views.items():
-                self._host[name][i] = views[i]
+        saved_flags = self.model.opt.disableflags
+        if self._dm_control:  # dm_control's reset: no actuation before the first control is set
+            self.model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
+        try:
+            for i in ids:
+                data = self._datas[i]
+                mujoco.mj_resetData(self.model, data)
+                data.qpos[:] = qpos[i]
+                data.qvel[:] = qvel[i]
+                mujoco.mj_forward(self.model, data)
+                for name, views in self._views.items():
+                    self._host[name][i] = views[i]
+        finally:
+            self.model.opt.disableflags = saved_flags
         self._publish()
 
     def state_dict(self) -> dict:

@@ -55,6 +55,13 @@ class Task:
     # The info entry whose value at an episode's last step scores the episode beside its return
     # (ShadowHandCube's "consecutive_successes"); evaluations and the training log report its mean.
     episode_metric: str | None = None
+    # How an env step runs the physics. "mj_step": nstep mj_step calls, as Gymnasium does, derived
+    # fields describing the last substep's evaluation. "dm_control": dm_control's step (mj_step2,
+    # nstep - 1 mj_step, then mj_step1: position- and velocity-dependent fields, sensors included,
+    # describe the state reached), and a reset's mj_forward runs with actuation disabled.
+    stepping: str = "mj_step"
+    # Whether an episode can end before its time limit; a task that cannot may repeat actions.
+    can_terminate: bool = True
 
     def __init__(self, model: mujoco.MjModel, dtype: torch.dtype, device: torch.device):
         if self.qvel_noise not in ("uniform", "normal"):
@@ -62,6 +69,16 @@ class Task:
         self.dt = model.opt.timestep * self.frame_skip
         self.obs_dim = self.observation_size(model)
         self.qpos0 = torch.as_tensor(model.qpos0, dtype=dtype, device=device)  # Gymnasium's init_qpos
+
+    @property
+    def name(self) -> str:
+        """The task's name in tasks.make and in a saved env state."""
+        return type(self).__name__
+
+    @classmethod
+    def load_model(cls) -> mujoco.MjModel:
+        """The task's MuJoCo model: its MJCF file under assets/."""
+        return load_asset(cls.xml)
 
     def observation_size(self, model: mujoco.MjModel) -> int:
         raise NotImplementedError
@@ -79,6 +96,11 @@ class Task:
     def start(self, num_envs: int, seed: int) -> None:
         """Allocate what the task keeps for each of num_envs envs, whose draws `seed` keys (once, before
         the first restart)."""
+
+    def draw_starts(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Random starts (qpos [N, nq], qvel [N, nv]) for the envs where mask [N] is true (other rows
+        unused), or None: the physics draws them with `add_reset_noise`, the Gymnasium tasks' way."""
+        return None
 
     def restart(self, mask: torch.Tensor, state: State) -> None:
         """The envs where mask [N] is true have started new episodes at the physics `state`."""
