@@ -12,7 +12,9 @@ Every row steps `N` envs with uniform random actions in the action box for about
 and reports N × steps / elapsed. The env rows are the full protocol: physics, task logic in
 torch (observation, reward, termination), auto-reset and the action checks. The two reference
 rows are not: "gymnasium sync" is `gymnasium.vector.SyncVectorEnv` of `<Task>-v5` (one MjData
-per env, stepped in a Python loop; left out for ShadowHandCube, which has no Gymnasium env), and
+per env, stepped in a Python loop; left out for ShadowHandCube, which has no Gymnasium env),
+"dm_control loop" its counterpart for a dmc/<domain>-<task>: dm_control's own environments, one
+per env, stepped one after another in a Python loop, and
 "mujoco rollout (physics only)" is `mujoco.rollout` with one thread per core stepping the same
 model and frame skip with no task logic at all: what the physics alone costs on this machine.
 "pql gym:<Task>-v5 async|sync" is the generic path a user's own Gymnasium env takes
@@ -55,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from learner import CsvRows
 
 import tasks
+from tasks.dmc import DMC_TASKS
 from tasks.mujoco import GYMNASIUM_TASKS, TASKS
 from tasks.mujoco.task import load_asset
 
@@ -217,13 +220,38 @@ def gym_adapter_rate(task: str, num_envs: int, vectorization: str, seconds: floa
     return num_envs * calls / elapsed
 
 
+def dm_control_rate(task: str, num_envs: int, seconds: float) -> float:
+    """dm_control's own environments of a dmc/ task, stepped one after another in a Python loop."""
+    task_cls = DMC_TASKS[task]
+    envs = [task_cls.load_suite() for _ in range(num_envs)]
+    for i, env in enumerate(envs):
+        env.task._random = np.random.RandomState(i)
+        env.reset()
+    spec = envs[0].action_spec()
+    rng = np.random.default_rng(0)
+
+    def step():
+        for env, action in zip(envs, rng.uniform(spec.minimum, spec.maximum, (num_envs, *spec.shape))):
+            env.step(action)  # a finished episode restarts at the next step, as dm_control's loop does
+
+    calls, elapsed = timed_steps(step, seconds)
+    return num_envs * calls / elapsed
+
+
+def model_and_frame_skip(task: str):
+    """The MuJoCo model of pql's task `task` and its physics substeps per env step."""
+    if task in DMC_TASKS:
+        suite = DMC_TASKS[task].load_suite()
+        return DMC_TASKS[task].load_model(), int(suite._n_sub_steps)
+    return load_asset(TASKS[task].xml), TASKS[task].frame_skip
+
+
 def rollout_rate(task: str, num_envs: int, seconds: float) -> float:
     """MuJoCo's physics alone: mujoco.rollout over num_envs worlds, one thread per core."""
     import mujoco
     from mujoco import rollout
 
-    model = load_asset(TASKS[task].xml)
-    frame_skip = TASKS[task].frame_skip
+    model, frame_skip = model_and_frame_skip(task)
     threads = len(os.sched_getaffinity(0))
     datas = [mujoco.MjData(model) for _ in range(threads)]
     state = np.zeros((num_envs, mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
@@ -246,7 +274,7 @@ def rollout_rate(task: str, num_envs: int, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="Ant", choices=tasks.TASK_NAMES)
+    parser.add_argument("--task", default="Ant", choices=[*tasks.TASK_NAMES, *tasks.DMC_TASK_NAMES])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 4096])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--backends", nargs="+", default=["mujoco", "mjwarp"], choices=["mujoco", "mjwarp"])
@@ -256,7 +284,8 @@ def main() -> None:
         type=int,
         nargs="*",
         default=[64, 1024],
-        help="sizes for Gymnasium's SyncVectorEnv (it holds one Python env per copy)",
+        help="sizes for Gymnasium's SyncVectorEnv, or for a dmc/ task dm_control's own environments in a "
+        "Python loop (one Python env per copy)",
     )
     parser.add_argument(
         "--adapter-sizes",
@@ -343,6 +372,8 @@ def main() -> None:
     gym_sizes = args.gym_sizes if args.task in GYMNASIUM_TASKS else []  # no <Task>-v5 to compare with
     for n in gym_sizes:
         add("gymnasium sync", "cpu", n, lambda: (gymnasium_rate(args.task, n, args.seconds), None))
+    for n in args.gym_sizes if args.task in DMC_TASKS else []:
+        add("dm_control loop", "cpu", n, lambda: (dm_control_rate(args.task, n, args.seconds), None))
     for vectorization in ("async", "sync"):
         for n in args.adapter_sizes if args.task in GYMNASIUM_TASKS else []:
             add(

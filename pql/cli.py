@@ -5,8 +5,8 @@ code 1, and it creates the run directory before the job sees its settings; pql p
 naming the key, the value and what is allowed, exit code 2, and nothing written, for every bad
 config. So `preflight` composes and validates every job here first. `usage` is pql's --help.
 
-`task=isaacgym/<Task>`, `task=gym:<EnvId>` and `task=<module>:<factory>` are not files under
-cfg/task/: `expand_task_forms` turns each into its group option plus `task.name`, and
+`task=isaacgym/<Task>`, `task=dmc/<domain>-<task>`, `task=gym:<EnvId>` and `task=<module>:<factory>`
+are not files under cfg/task/: `expand_task_forms` turns each into its group option plus `task.name`, and
 `import_isaacgym_first` loads Isaac Gym before anything imports torch. `preflight` also checks
 what can be checked of such a task without making its envs (the id is registered, the factory
 imports), so that an env refused leaves no run directory. This module imports neither torch nor
@@ -29,15 +29,24 @@ ISAACGYM_PREFIX = ISAACGYM_OPTION + "/"  # as in tasks.make("isaacgym/Ant", ...)
 GYM_OPTION = "gym"  # cfg/task/gym.yaml
 GYM_PREFIX = GYM_OPTION + ":"  # as in tasks.make("gym:Pendulum-v1", ...)
 FACTORY_OPTION = "factory"  # cfg/task/factory.yaml: <module>:<factory>
+DMC_OPTION = "dmc"  # cfg/task/dmc.yaml
+DMC_PREFIX = DMC_OPTION + "/"  # as in tasks.make("dmc/cheetah-run", ...)
 KWARGS_KEY = "task.kwargs."
 # What each of those options stands for in a message or --help.
-FORM_OF_OPTION = {ISAACGYM_OPTION: "isaacgym/<Task>", GYM_OPTION: "gym:<EnvId>", FACTORY_OPTION: "<module>:<factory>"}
+FORM_OF_OPTION = {
+    ISAACGYM_OPTION: "isaacgym/<Task>",
+    GYM_OPTION: "gym:<EnvId>",
+    FACTORY_OPTION: "<module>:<factory>",
+    DMC_OPTION: "dmc/<domain>-<task>",
+}
 
 
 def _task_option(choice: str) -> str | None:
     """The cfg/task/ option that a task choice not under cfg/task/ composes with, or None for a file's name."""
     if choice.startswith(ISAACGYM_PREFIX):
         return ISAACGYM_OPTION
+    if choice.startswith(DMC_PREFIX):
+        return DMC_OPTION
     if choice.startswith(GYM_PREFIX):
         return GYM_OPTION
     return FACTORY_OPTION if ":" in choice else None
@@ -67,7 +76,7 @@ def expand_task_forms(argv: list[str]) -> list[str]:
             raise ConfigError(
                 "task",
                 arg[len("task=") :],
-                "choices of one form in one sweep (pql's tasks, gym:, <module>: or isaacgym/)",
+                "choices of one form in one sweep (pql's tasks, dmc/, gym:, <module>: or isaacgym/)",
             )
         out += [f"task={options.pop()}", f"task.name={','.join(choices)}"]
     return out
@@ -288,6 +297,7 @@ def preflight(argv: list[str], config_dir: str, config_name: str = "config") -> 
 # The overrides people use most, for `python train.py --help`: (override, what it does).
 COMMON_OVERRIDES = (
     ("task=Humanoid", "the task (a file in cfg/task/; your own env: docs/own_env.md)"),
+    ("task=dmc/cheetah-run", "a DeepMind Control Suite task (task.action_repeat=2: each action for 2 steps)"),
     ("task=gym:Pendulum-v1", "a Gymnasium id (task.kwargs.<name>=<value>: its keyword arguments)"),
     ("algo=sac", "the algorithm"),
     ("runtime.device=cpu", "auto (CUDA if there is one), cpu, cuda or cuda:<index>"),

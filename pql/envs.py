@@ -18,6 +18,7 @@ def build_env(task_cfg, num_envs: int, device, seed: int):
         kwargs=task_cfg.kwargs,
         import_module=task_cfg.import_module,
         vectorization=task_cfg.vectorization,
+        action_repeat=task_cfg.action_repeat,
     )
 
 

@@ -98,7 +98,8 @@ def make(
         check_dmc_name(name)
     if action_repeat != 1 and form != "dmc":
         raise TaskError(
-            f"task {name}: action_repeat must be 1, got {action_repeat}: only {DMC_PREFIX}<domain>-<task> tasks repeat actions"
+            f"task {name}: action_repeat must be 1, got {action_repeat}: "
+            f"only {DMC_PREFIX}<domain>-<task> tasks repeat actions"
         )
     if form not in ("own", "dmc") and backend != "auto":
         raise TaskError(f"task {name}: task.backend={backend!r} picks a simulator of pql's own tasks; leave it auto")

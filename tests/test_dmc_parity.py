@@ -8,9 +8,10 @@ get the same random actions, and observations and rewards are compared step by s
   `RESYNC` steps all the same, since a start made by pql's reset has no solver warm start where
   dm_control's has one (cheetah settles for 200 steps) and contacts grow such differences. The
   tolerance is 1e-5 relative to 1 + |value| (the float32 cast of what pql returns).
-* mjwarp backend (Warp's CPU device): float32 physics and MuJoCo Warp's solver, so the worlds are
-  put back onto dm_control's state before every step, and the tolerance is that of the
-  Gymnasium tasks' mjwarp parity (tests/test_tasks_parity.py).
+* mjwarp backend (Warp's CPU device): float32 physics and MuJoCo Warp's solver, so both sides run
+  the models with elliptic cones and Newton, the worlds are put back onto dm_control's state
+  before every step, and the tolerance is that of the Gymnasium tasks' mjwarp parity
+  (tests/test_tasks_parity.py, which says why).
 
 Random starts are dm_control's own by construction (tasks/dmc/suite.py); the test of their
 statistics is tests/test_dmc_statistics.py.
@@ -23,6 +24,9 @@ import torch
 import tasks
 from tasks import DMC_TASK_NAMES
 from tasks.dmc import DMC_TASKS
+from tasks.mujoco.env import MujocoEnv
+from tasks.mujoco.physics_mjwarp import MjwarpPhysics
+from tests.test_tasks_parity import match_mjwarp_physics
 
 STEPS = 12
 NUM_ENVS = 2
@@ -55,19 +59,44 @@ def assert_close(actual: torch.Tensor, expected: np.ndarray, tolerance: float, w
     )
 
 
-@pytest.mark.parametrize("backend", ["mujoco"])
+def make_env(name: str, backend: str):
+    if backend == "mujoco":
+        return tasks.make(name, NUM_ENVS, "cpu", seed=0, backend="mujoco")
+    model = match_mjwarp_physics(DMC_TASKS[name].load_model())
+    return MujocoEnv(DMC_TASKS[name], NUM_ENVS, torch.device("cpu"), 0, MjwarpPhysics, model=model)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjwarp"])
 @pytest.mark.parametrize("name", DMC_TASK_NAMES)
 def test_matches_dm_control(name, backend):
+    compare(name, backend, STEPS)
+
+
+def test_acceleration_sensors_match_on_mjwarp_after_contact():
+    """finger's touch sensors (acceleration stage, observed after dm_control's mj_step1): the
+    random actions press the finger onto the spinner within 40 steps, and mjwarp's observations
+    keep matching (MuJoCo Warp's step1 clears them where MuJoCo C's keeps them)."""
+    observations = compare("dmc/finger-spin", "mjwarp", 40)
+    touch = observations[:, :, 6:8]  # after position (4) and velocity (3): the two touch sensors
+    assert (touch > 0).any(), "no contact in the run: the test checks nothing"
+
+
+def compare(name: str, backend: str, steps: int) -> np.ndarray:
+    """Step pql's env and dm_control's side by side for `steps` random actions, asserting equal
+    observations and rewards; -> dm_control's observations [steps, NUM_ENVS, obs_dim]."""
     tol = TOLERANCE[backend]
-    env = tasks.make(name, NUM_ENVS, "cpu", seed=0, backend=backend)
+    env = make_env(name, backend)
     suites = [DMC_TASKS[name].load_suite() for _ in range(NUM_ENVS)]
     for i, s in enumerate(suites):
         s.task._random = np.random.RandomState(100 + i)
+        if backend == "mjwarp":
+            match_mjwarp_physics(s.physics.model.ptr)
     first = np.stack([flat(s.reset().observation) for s in suites])
     assert_close(sync(env, suites), first, tol["obs"], "first observation", 0)
     rng = np.random.default_rng(0)
     low, high = env.action_low.numpy(), env.action_high.numpy()
-    for step in range(STEPS):
+    seen = []
+    for step in range(steps):
         if backend == "mjwarp" or (step > 0 and step % RESYNC == 0):
             for s in suites:  # the forward that ends dm_control's reset, as pql's reset_to ends
                 s.physics.after_reset()
@@ -75,7 +104,10 @@ def test_matches_dm_control(name, backend):
         actions = rng.uniform(low, high, (NUM_ENVS, env.act_dim)).astype(np.float32)
         results = [s.step(a.astype(np.float64)) for s, a in zip(suites, actions)]
         _, reward, terminated, truncated, info = env.step(torch.from_numpy(actions))
-        assert_close(info["final_obs"], np.stack([flat(r.observation) for r in results]), tol["obs"], "observation", step)
+        expected = np.stack([flat(r.observation) for r in results])
+        assert_close(info["final_obs"], expected, tol["obs"], "observation", step)
         assert_close(reward, np.array([r.reward for r in results]), tol["reward"], "reward", step)
         assert not terminated.any() and not truncated.any()
+        seen.append(expected)
     env.close()
+    return np.stack(seen)

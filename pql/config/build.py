@@ -104,12 +104,14 @@ def _build(cls, raw: Any, prefix: str, default=None):
 
 
 def _cross_checks(cfg: Config) -> None:
-    from tasks import task_form  # on use: tasks imports torch, which importing pql.config must not
+    from tasks import DMC_TASK_NAMES, task_form  # on use: tasks imports torch, which importing pql.config must not
 
     name = cfg.task.name
     form = task_form(name)
-    if form is None:
-        raise ConfigError("task.name", name, task_names())
+    if form is None or (form == "dmc" and name not in DMC_TASK_NAMES):
+        raise ConfigError("task.name", name, task_names() if form is None else f"one of {', '.join(DMC_TASK_NAMES)}")
+    if cfg.task.action_repeat != 1 and form != "dmc":
+        raise ConfigError("task.action_repeat", cfg.task.action_repeat, "1 unless the task is dmc/<domain>-<task>")
     if cfg.task.kwargs and form not in ("gym", "factory"):
         raise ConfigError("task.kwargs", cfg.task.kwargs, "none for pql's own tasks and isaacgym/<Task>")
     if cfg.task.import_module is not None and form != "gym":

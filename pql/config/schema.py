@@ -30,7 +30,7 @@ def task_names() -> str:
     # importing pql.config never imports torch.
     from tasks import TASK_NAMES
 
-    return f"one of {', '.join(TASK_NAMES)}, or gym:<EnvId>, <module>:<factory> or isaacgym/<Task>"
+    return f"one of {', '.join(TASK_NAMES)}, dmc/<domain>-<task>, or gym:<EnvId>, <module>:<factory> or isaacgym/<Task>"
 
 
 def _registered_algorithms() -> dict:
@@ -93,6 +93,13 @@ class TaskConfig:
         "a mapping of keyword arguments",
         doc="keyword arguments for a gym:<EnvId> env (gym.make's) or a <module>:<factory> factory, "
         "given as task.kwargs.<name>=<value>",
+    )
+    action_repeat: int = option(
+        1,
+        "an integer > 0 (> 1 for dmc/<domain>-<task> tasks only)",
+        positive,
+        doc="control steps each action is applied for, their rewards summed; episodes keep their "
+        "control steps (1,000 for dmc/ tasks: 500 actions at 2, the published scores' setting)",
     )
     import_module: str | None = option(
         None,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 import os
 from typing import Any
 
@@ -206,12 +207,18 @@ def flat_frames(state: State, field: str) -> torch.Tensor:
 def _import_suite() -> Any:
     """dm_control.suite, imported without its side effects on the process: no OpenGL probe (pql
     never renders through it: MUJOCO_GL=disable unless the user chose a renderer), and MuJoCo's
-    own warning handler kept (dm_control points it at absl logging for the whole process)."""
-    os.environ.setdefault("MUJOCO_GL", "disable")
+    own warning handler kept (dm_control points it at absl logging for the whole process), and
+    no INFO lines of its own in pql's console."""
+    if not os.environ.get("MUJOCO_GL"):
+        os.environ["MUJOCO_GL"] = "disable"
+    absl = logging.getLogger("absl")  # its import logs the renderer and MuJoCo's version at INFO
+    level = absl.level
+    absl.setLevel(logging.WARNING)
     try:
         from dm_control import suite
     except ImportError as error:  # a dependency of pql: only a broken install gets here
         raise TaskError(f"dmc/ tasks need dm_control (pip install dm-control): {error}") from error
     finally:
+        absl.setLevel(level)
         mujoco.set_mju_user_warning(None)
     return suite

@@ -101,6 +101,7 @@ class MjwarpPhysics:
     def __init__(self, model: mujoco.MjModel, num_envs: int, device: torch.device, task: Task, seed: int):
         self._task, self._seed = task, seed
         self._task_name = task.name
+        self._task_class, self._task_module = type(task).__name__, type(task).__module__
         fields = task.fields
         self._dm_control = task.stepping == "dm_control"
         unknown = [name for name in fields if name not in _STAGES_NEEDED and name not in _FORWARD_NEEDED]
@@ -140,6 +141,17 @@ class MjwarpPhysics:
         else:
             self._stages = _RESET_STAGES[: max(_STAGES_NEEDED[name] for name in fields)]
         self._zeroed = [name for name in _ZEROED_AT_RESET if name in fields]
+        acceleration = [
+            column
+            for sensor in range(model.nsensor)
+            if model.sensor_needstage[sensor] == mujoco.mjtStage.mjSTAGE_ACC
+            for column in range(model.sensor_adr[sensor], model.sensor_adr[sensor] + model.sensor_dim[sensor])
+        ]
+        self._acc_columns = self._acc_held = None
+        if self._dm_control and acceleration:
+            with wp.ScopedDevice(self._device):
+                self._acc_columns = wp.array(acceleration, dtype=wp.int32)
+                self._acc_held = wp.zeros((num_envs, len(acceleration)), dtype=float)
         self._post_constraint = "cfrc_ext" in fields
         self.state = {name: wp.to_torch(getattr(self._data, name)) for name in fields}
         self._ctrl = wp.to_torch(self._data.ctrl)
@@ -177,7 +189,7 @@ class MjwarpPhysics:
                 mjw.step2(self._model, self._data)
             for _ in range(nstep - split):
                 mjw.step(self._model, self._data)
-            mjw.step1(self._model, self._data)
+            self._keep_acceleration_sensors(mjw.step1)
         else:
             for _ in range(nstep):
                 mjw.step(self._model, self._data)
@@ -190,6 +202,19 @@ class MjwarpPhysics:
             inputs=[self._data.overflow, _BUFFER_OVERFLOWS],
             outputs=[self._overflow_seen_wp],
         )
+
+    def _keep_acceleration_sensors(self, step1) -> None:
+        """step1(model, data) with the acceleration-stage sensors (touch, accelerometer, force)
+        left as the last substep made them: MuJoCo Warp's step1 zeroes all of sensordata before
+        it computes the position and velocity stages, where MuJoCo C's keeps the others, and
+        dm_control observes them after its step."""
+        if self._acc_columns is None:
+            step1(self._model, self._data)
+            return
+        sensors, columns, held = self._data.sensordata, self._acc_columns, self._acc_held
+        wp.launch(_gather_columns, dim=held.shape, inputs=[sensors, columns], outputs=[held])
+        step1(self._model, self._data)
+        wp.launch(_scatter_columns, dim=held.shape, inputs=[held, columns], outputs=[sensors])
 
     def reset(self, mask: torch.Tensor, initial: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         """Worlds where mask [N] is true restart (reset_data, then the stages the task's fields need),
@@ -241,6 +266,8 @@ class MjwarpPhysics:
         """
         for name, field in self._integration.items():
             field.copy_(state["integration"][name])
+        if self._dm_control:  # its next step starts with step2, which reads what step1 made
+            self._run("step1", lambda: mjw.step1(self._model, self._data))
         for name in self._derived:
             self.state[name].copy_(state["derived"][name])
         self._episodes.copy_(state["episodes"])
@@ -256,7 +283,7 @@ class MjwarpPhysics:
     def _raise_if_overflow(self, bits: int, note: str) -> None:
         if not bits:
             return
-        task, nworld = self._task_name, self._data.nworld
+        task, nworld = self._task_class, self._data.nworld
         names = sorted({name for bit, name in _OVERFLOW_SIZED_BY.items() if bits & bit})
         needs = {
             "nconmax": f"the worlds together needed more than {task}.nconmax x num_envs = "
@@ -266,7 +293,8 @@ class MjwarpPhysics:
         raise TaskError(
             f"MuJoCo Warp ran out of buffer room: {'; '.join(needs[name] for name in names)}{note}. "
             f"It drops what does not fit, so the physics is wrong from there on and the run stops: "
-            f"raise {' and '.join(f'{task}.{name}' for name in names)} (class attributes of the task)"
+            f"raise {' and '.join(f'{task}.{name}' for name in names)} (class attributes of {self._task_name}, "
+            f"in {self._task_module})"
         )
 
     def _run(self, key, launch) -> None:
@@ -308,3 +336,15 @@ def _gather_overflow(overflow: wp.array(dtype=wp.int32), buffer_bits: wp.int32, 
     bits = overflow[world] & buffer_bits
     if bits != 0:
         wp.atomic_or(seen, 0, bits)
+
+
+@wp.kernel
+def _gather_columns(source: wp.array2d(dtype=float), columns: wp.array(dtype=wp.int32), out: wp.array2d(dtype=float)):
+    world, j = wp.tid()
+    out[world, j] = source[world, columns[j]]
+
+
+@wp.kernel
+def _scatter_columns(values: wp.array2d(dtype=float), columns: wp.array(dtype=wp.int32), out: wp.array2d(dtype=float)):
+    world, j = wp.tid()
+    out[world, columns[j]] = values[world, j]

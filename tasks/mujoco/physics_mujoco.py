@@ -163,6 +163,8 @@ class MujocoPhysics:
         derived = {name: state["derived"][name].numpy() for name in self._derived}
         for i, data in enumerate(self._datas):
             mujoco.mj_setState(self.model, data, integration[i], _INTEGRATION)
+            if self._dm_control:  # its next step starts with mj_step2, which reads what mj_step1 made
+                mujoco.mj_step1(self.model, data)
             # Stored, not recomputed: after mj_step they describe the last substep's evaluation,
             # before its integration (cfrc_ext its constraint forces), which mj_forward at the
             # state reached would not give. The next mj_step recomputes them before reading them.
