@@ -46,7 +46,8 @@ def sync(env, suites, mask=None) -> torch.Tensor:
             env.task.values[key][i] = torch.as_tensor(value)
     qpos = torch.tensor(np.stack([s.physics.data.qpos for s in suites]))
     qvel = torch.tensor(np.stack([s.physics.data.qvel for s in suites]))
-    return env.reset_to(qpos, qvel, mask)
+    act = torch.tensor(np.stack([s.physics.data.act for s in suites]))
+    return env.reset_to(qpos, qvel, mask, act)
 
 
 def assert_close(actual: torch.Tensor, expected: np.ndarray, tolerance: float, what: str, step: int):

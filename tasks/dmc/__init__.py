@@ -6,11 +6,15 @@ from .acrobot import AcrobotSwingup, AcrobotSwingupSparse
 from .ball_in_cup import BallInCupCatch
 from .cartpole import CartpoleBalance, CartpoleBalanceSparse, CartpoleSwingup, CartpoleSwingupSparse
 from .cheetah import CheetahRun
+from .dog import DogRun, DogStand, DogTrot, DogWalk
 from .finger import FingerSpin, FingerTurnEasy, FingerTurnHard
 from .fish import FishSwim, FishUpright
+from .hopper import HopperHop, HopperStand
+from .humanoid import HumanoidRun, HumanoidStand, HumanoidWalk
 from .manipulator import ManipulatorBringBall
 from .pendulum import PendulumSwingup
 from .point_mass import PointMassEasy
+from .quadruped import QuadrupedRun, QuadrupedWalk
 from .reacher import ReacherEasy, ReacherHard
 from .suite import DmcTask
 from .swimmer import SwimmerSwimmer6, SwimmerSwimmer15
@@ -28,14 +32,25 @@ DMC_TASKS: dict[str, type[DmcTask]] = {
         CartpoleSwingup,
         CartpoleSwingupSparse,
         CheetahRun,
+        DogStand,
+        DogWalk,
+        DogTrot,
+        DogRun,
         FingerSpin,
         FingerTurnEasy,
         FingerTurnHard,
         FishUpright,
         FishSwim,
+        HopperStand,
+        HopperHop,
+        HumanoidStand,
+        HumanoidWalk,
+        HumanoidRun,
         ManipulatorBringBall,
         PendulumSwingup,
         PointMassEasy,
+        QuadrupedWalk,
+        QuadrupedRun,
         ReacherEasy,
         ReacherHard,
         SwimmerSwimmer6,

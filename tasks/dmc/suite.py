@@ -117,13 +117,14 @@ class DmcTask(Task):
         }
         self._drawn: dict[str, torch.Tensor] = {}
 
-    def draw_starts(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def draw_starts(self, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         # One host read per reset: dm_control's episodes all last 1,000 steps, so a run resets
         # rarely, and its starts are made on the host anyway.
         ids = mask.cpu().nonzero().flatten().tolist()
         num_envs, model = len(self._episodes), self.model
         qpos = np.zeros((num_envs, model.nq))
         qvel = np.zeros((num_envs, model.nv))
+        act = np.zeros((num_envs, model.na))  # dog's stand draws its muscles' activations too
         drawn = {name: np.zeros(tuple(v.shape), dtype=np.float64) for name, v in self.values.items()}
         physics, task = self._suite.physics, self._suite.task
         for i in ids:
@@ -132,11 +133,11 @@ class DmcTask(Task):
             task._random = np.random.RandomState([self._seed, i, int(self._episodes[i])])
             with physics.reset_context():
                 task.initialize_episode(physics)
-            qpos[i], qvel[i] = physics.data.qpos, physics.data.qvel
+            qpos[i], qvel[i], act[i] = physics.data.qpos, physics.data.qvel, physics.data.act
             for name, value in self.episode_values(physics).items():
                 drawn[name][i] = value
         self._drawn = {name: torch.from_numpy(v).to(self.device, self.dtype) for name, v in drawn.items()}
-        return torch.from_numpy(qpos), torch.from_numpy(qvel)
+        return torch.from_numpy(qpos), torch.from_numpy(qvel), torch.from_numpy(act)
 
     def restart(self, mask: torch.Tensor, state: State) -> None:
         for name, value in self._drawn.items():

@@ -89,16 +89,21 @@ class MujocoEnv(BatchedEnv):
         assert reward is not None
         return obs_after_reset, reward.float(), terminated, truncated, info
 
-    def reset_to(self, qpos: torch.Tensor, qvel: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Start new episodes at given states (fixed evaluation starts; parity tests against Gymnasium).
+    def reset_to(
+        self, qpos: torch.Tensor, qvel: torch.Tensor, mask: torch.Tensor | None = None, act: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Start new episodes at given states (fixed evaluation starts; parity tests against Gymnasium
+        and dm_control).
 
         qpos [N, nq], qvel [N, nv] on `device`; mask [N] bool picks the envs (default: all), the
-        others keep their episode. Returns obs [N, obs_dim] float32.
+        others keep their episode; act [N, na] the actuators' activations (default: the reset's
+        zeros). Returns obs [N, obs_dim] float32.
         """
         if mask is None:
             mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         dtype = self.physics.dtype
-        return self._restart(mask, self._last_obs, (qpos.to(self.device, dtype), qvel.to(self.device, dtype)))
+        given = (qpos, qvel) if act is None else (qpos, qvel, act)
+        return self._restart(mask, self._last_obs, tuple(t.to(self.device, dtype) for t in given))
 
     def state_dict(self) -> dict:
         """The state of every env, copies on the CPU:
@@ -140,7 +145,7 @@ class MujocoEnv(BatchedEnv):
             self.task.load_state_dict(state["task_state"])
 
     def _restart(self, mask: torch.Tensor, obs: torch.Tensor, initial=None) -> torch.Tensor:
-        """Start new episodes where mask [N] is true, at `initial` (qpos, qvel) or at random
+        """Start new episodes where mask [N] is true, at `initial` (qpos, qvel[, act]) or at random
         (the task's draw_starts, or the physics' Task.add_reset_noise, drawn only for those envs);
         obs [N, obs_dim] is kept elsewhere."""
         if initial is None:

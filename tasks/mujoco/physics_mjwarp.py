@@ -156,6 +156,7 @@ class MjwarpPhysics:
         self.state = {name: wp.to_torch(getattr(self._data, name)) for name in fields}
         self._ctrl = wp.to_torch(self._data.ctrl)
         self._qpos, self._qvel = wp.to_torch(self._data.qpos), wp.to_torch(self._data.qvel)
+        self._act = wp.to_torch(self._data.act)
         self._integration = {name: wp.to_torch(getattr(self._data, name)) for name in _INTEGRATION}
         self._derived = [name for name in fields if name not in _INTEGRATION]
         self._mask = torch.zeros(num_envs, dtype=torch.bool, device=device)
@@ -216,9 +217,10 @@ class MjwarpPhysics:
         step1(self._model, self._data)
         wp.launch(_scatter_columns, dim=held.shape, inputs=[held, columns], outputs=[sensors])
 
-    def reset(self, mask: torch.Tensor, initial: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    def reset(self, mask: torch.Tensor, initial: tuple[torch.Tensor, ...] | None = None) -> None:
         """Worlds where mask [N] is true restart (reset_data, then the stages the task's fields need),
-        at initial = (qpos [N, nq], qvel [N, nv]), or at random (the task's reset noise) if None."""
+        at initial = (qpos [N, nq], qvel [N, nv]) or (qpos, qvel, act [N, na]), or at random (the
+        task's reset noise) if None."""
         self._mask.copy_(mask)
         if initial is None:
             self._run("restart", lambda: (self._reset_data(), self._add_noise(), self._run_stages()))
@@ -227,6 +229,8 @@ class MjwarpPhysics:
             rows = self._mask[:, None]
             self._qpos.copy_(torch.where(rows, initial[0], self._qpos))
             self._qvel.copy_(torch.where(rows, initial[1], self._qvel))
+            if len(initial) > 2:
+                self._act.copy_(torch.where(rows, initial[2], self._act))
             if self._stages:
                 self._run("stages", self._run_stages)
         for name in self._zeroed:

@@ -113,9 +113,10 @@ class MujocoPhysics:
             if self._post_constraint:
                 post(model, data)
 
-    def reset(self, mask: torch.Tensor, initial: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
-        """Worlds where mask [N] is true restart (mj_resetData, then mj_forward, as Gymnasium does),
-        at initial = (qpos [N, nq], qvel [N, nv]), or at random (the task's reset noise) if None."""
+    def reset(self, mask: torch.Tensor, initial: tuple[torch.Tensor, ...] | None = None) -> None:
+        """Worlds where mask [N] is true restart (mj_resetData, then mj_forward, as Gymnasium does;
+        with actuation disabled for dm_control's stepping), at initial = (qpos [N, nq], qvel [N, nv])
+        or (qpos, qvel, act [N, na]), or at random (the task's reset noise) if None."""
         mask = mask.cpu()  # this backend steps on the host anyway
         ids = mask.nonzero().flatten().tolist()
         if not ids:
@@ -127,7 +128,7 @@ class MujocoPhysics:
             wp.capture_launch(self._add_reset_noise)
             qpos, qvel = self._start_qpos.numpy(), self._start_qvel.numpy()
         else:
-            qpos, qvel = (t.detach().to("cpu", torch.float64).numpy() for t in initial)
+            qpos, qvel, *act = (t.detach().to("cpu", torch.float64).numpy() for t in initial)
         saved_flags = self.model.opt.disableflags
         if self._dm_control:  # dm_control's reset: no actuation before the first control is set
             self.model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
@@ -137,6 +138,8 @@ class MujocoPhysics:
                 mujoco.mj_resetData(self.model, data)
                 data.qpos[:] = qpos[i]
                 data.qvel[:] = qvel[i]
+                if act:
+                    data.act[:] = act[0][i]
                 mujoco.mj_forward(self.model, data)
                 for name, views in self._views.items():
                     self._host[name][i] = views[i]

@@ -97,9 +97,10 @@ class Task:
         """Allocate what the task keeps for each of num_envs envs, whose draws `seed` keys (once, before
         the first restart)."""
 
-    def draw_starts(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Random starts (qpos [N, nq], qvel [N, nv]) for the envs where mask [N] is true (other rows
-        unused), or None: the physics draws them with `add_reset_noise`, the Gymnasium tasks' way."""
+    def draw_starts(self, mask: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+        """Random starts (qpos [N, nq], qvel [N, nv], act [N, na]) for the envs where mask [N] is
+        true (other rows unused), or None: the physics draws them with `add_reset_noise`, the
+        Gymnasium tasks' way."""
         return None
 
     def restart(self, mask: torch.Tensor, state: State) -> None:
