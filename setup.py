@@ -49,6 +49,9 @@ setup(
         "warp-lang>=1.15",
         # task=gym:<EnvId> (tasks/gym_env.py): vector envs with same-step autoreset, new in 1.1.
         "gymnasium>=1.1",
+        # task=dmc/<domain>-<task> (tasks/dmc/): the suite's models and random starts. 1.0.50 reads
+        # MjModel fields that MuJoCo 4 dropped; 1.0.52 is the first for MuJoCo 4.
+        "dm-control>=1.0.52",
         "hydra-core>=1.3",
         "omegaconf>=2.3",
         "tensorboard>=2.14",

@@ -295,14 +295,17 @@ def test_rates_logged_after_an_evaluation_count_the_steps_made_during_it(make_co
                 "runtime.mode=process",
                 "runtime.max_env_steps=100000000",
                 "runtime.device=cpu",
-                "runtime.max_time_s=10",
-                "runtime.eval_every=200",
+                "runtime.max_time_s=12",
+                # Every 8 actor steps: on a loaded machine the roles start late, and 10 s of
+                # evaluating every 200 env steps once ended with no evaluation at all.
+                "runtime.eval_every=64",
                 "runtime.log_every_s=0.5",
                 "runtime.eval_max_share=1",
             ]
         )
     )
     columns = read_metrics(tmp_path / METRICS_CSV)
+    assert EVAL_RETURN in columns, "no evaluation in the run"
     # Not the final tick's: the roles may have finished by then.
     evaluated = np.flatnonzero(~np.isnan(columns[EVAL_RETURN]))
     evaluated = evaluated[evaluated + 1 < len(columns["env_steps"]) - 1]

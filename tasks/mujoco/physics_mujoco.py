@@ -126,9 +126,10 @@ class MujocoPhysics:
             self._start_qpos[ids] = self._qpos0
             self._start_qvel[ids] = 0.0
             wp.capture_launch(self._add_reset_noise)
-            qpos, qvel = self._start_qpos.numpy(), self._start_qvel.numpy()
+            qpos, qvel, act = self._start_qpos.numpy(), self._start_qvel.numpy(), None
         else:
-            qpos, qvel, *act = (t.detach().to("cpu", torch.float64).numpy() for t in initial)
+            qpos, qvel, *given = (t.detach().to("cpu", torch.float64).numpy() for t in initial)
+            act = given[0] if given else None
         saved_flags = self.model.opt.disableflags
         if self._dm_control:  # dm_control's reset: no actuation before the first control is set
             self.model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
@@ -138,8 +139,8 @@ class MujocoPhysics:
                 mujoco.mj_resetData(self.model, data)
                 data.qpos[:] = qpos[i]
                 data.qvel[:] = qvel[i]
-                if act:
-                    data.act[:] = act[0][i]
+                if act is not None:
+                    data.act[:] = act[i]
                 mujoco.mj_forward(self.model, data)
                 for name, views in self._views.items():
                     self._host[name][i] = views[i]
