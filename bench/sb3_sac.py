@@ -13,7 +13,10 @@ with its training.
 
 The settings are the Zoo's `hyperparams/sac.yml` (rl_zoo3 2.9.2) for the MuJoCo tasks it
 tunes: SB3's SAC defaults with 10,000 random steps before learning, and γ = 0.999 on Swimmer.
-The Zoo has no SAC entry for the other tasks, which get SB3's defaults.
+The Zoo has no SAC entry for the other tasks, which get SB3's defaults; so do the DeepMind
+Control Suite's (`--task dmc/cheetah-run --action-repeat 2`), through dm_control's own
+environment behind a thin Gymnasium wrapper (bench/dmc_gym.py). Env steps count actions: at
+action repeat 2, one is two control steps.
 """
 
 from __future__ import annotations
@@ -52,9 +55,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--task",
         required=True,
-        choices=TASKS,
         metavar="TASK",
-        help="a pql task name; the env is Gymnasium's <TASK>-v5 (one of " + ", ".join(TASKS) + ")",
+        help="a pql task name: for one of " + ", ".join(TASKS) + " the env is Gymnasium's <TASK>-v5; "
+        "for dmc/<domain>-<task>, dm_control's own environment (bench/dmc_gym.py)",
+    )
+    p.add_argument(
+        "--action-repeat", type=int, default=1, help="control steps per action (dmc/ tasks; pql's task.action_repeat)"
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -67,7 +73,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--out", required=True, help="run directory to write")
     args = p.parse_args(argv)
-    for name in ("max_time_s", "eval_every", "eval_episodes"):
+    if args.task not in TASKS and not args.task.startswith("dmc/"):
+        p.error(f"--task must be one of {', '.join(TASKS)} or dmc/<domain>-<task>, got {args.task!r}")
+    if args.action_repeat != 1 and not args.task.startswith("dmc/"):
+        p.error("--action-repeat is for dmc/ tasks")
+    for name in ("max_time_s", "eval_every", "eval_episodes", "action_repeat"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     return args
@@ -85,7 +95,19 @@ def main(argv: list[str]) -> None:
         sys.exit(f"bench/sb3_sac.py needs Stable-Baselines3 (pip install stable-baselines3==2.9.2): {e}")
 
     os.makedirs(args.out, exist_ok=True)
-    env_id = f"{args.task}-v5"
+    if args.task.startswith("dmc/"):
+        from dmc_gym import DmcGymEnv
+
+        env_id = f"dm_control {args.task}, action repeat {args.action_repeat}"
+
+        def make_env():
+            return DmcGymEnv(args.task, args.action_repeat)
+    else:
+        env_id = f"{args.task}-v5"
+
+        def make_env():
+            return gym.make(env_id)
+
     settings = ZOO_SETTINGS.get(args.task, {})
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(
@@ -93,6 +115,7 @@ def main(argv: list[str]) -> None:
                 "task": {"name": args.task},
                 "peer": "stable-baselines3 SAC",
                 "env_id": env_id,
+                "action_repeat": args.action_repeat,
                 "settings": settings,
                 "seed": args.seed,
                 "max_time_s": args.max_time_s,
@@ -103,7 +126,7 @@ def main(argv: list[str]) -> None:
     csv_file = open(os.path.join(args.out, "metrics.csv"), "w", newline="")
     writer = csv.writer(csv_file)
     writer.writerow(COLUMNS)
-    eval_env = Monitor(gym.make(env_id))
+    eval_env = Monitor(make_env())
 
     class Budget(BaseCallback):
         """Stops training once `max_time_s` of it has passed; evaluates every `eval_every` steps
@@ -146,7 +169,7 @@ def main(argv: list[str]) -> None:
                 self.evaluate()
             return self.train_time() < args.max_time_s
 
-    model = SAC("MlpPolicy", gym.make(env_id), seed=args.seed, device="cpu", verbose=0, **settings)
+    model = SAC("MlpPolicy", make_env(), seed=args.seed, device="cpu", verbose=0, **settings)
     eval_env.reset(seed=args.seed + 10_000)
     budget = Budget()
     model.learn(total_timesteps=10**9, callback=budget)
