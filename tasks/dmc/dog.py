@@ -25,10 +25,9 @@ class Dog(DmcTask):
         self._hinge_qpos, self._hinge_dof = model.jnt_qposadr[hinges].tolist(), model.jnt_dofadr[hinges].tolist()
         self._skull, self._torso, self._pelvis = (self.body(name) for name in ("skull", "torso", "pelvis"))
         self._com_velocity = self.sensor("torso_linvel")
-        columns = lambda *names: [c for name in names for c in range(self.sensor(name).start, self.sensor(name).stop)]
-        self._inertial = columns("accelerometer", "velocimeter", "gyro")
-        self._foot_forces = columns("foot_L", "foot_R", "hand_L", "hand_R")
-        self._touch = columns("palm_L", "palm_R", "sole_L", "sole_R")
+        self._inertial = self.sensor_columns("accelerometer", "velocimeter", "gyro")
+        self._foot_forces = self.sensor_columns("foot_L", "foot_R", "hand_L", "hand_R")
+        self._touch = self.sensor_columns("palm_L", "palm_R", "sole_L", "sole_R")
         # Constants dm_control measures at every episode's start: the heights at the default pose
         # (qpos0, as physics.reset leaves it) and the weight of the body.
         default_pose = mujoco.MjData(model)

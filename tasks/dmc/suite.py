@@ -73,10 +73,15 @@ class DmcTask(Task):
     def load_model(cls) -> mujoco.MjModel:
         env = cls.load_suite()
         env.reset()  # initialize_episode's constant edits of the model
+        # Loading takes up to half a second (dog): the task built next from this model takes this
+        # environment as its scratch Physics instead of loading its own.
+        _SPARE_SUITES[cls] = env
         return copy.copy(env.physics.model.ptr)
 
     def __init__(self, model: mujoco.MjModel, dtype: torch.dtype, device: torch.device):
-        self._suite = self.load_suite()  # the scratch Physics that draws the random starts
+        # The scratch Physics that draws the random starts; a used one serves as well as a new one,
+        # since each start draws with its own RandomState.
+        self._suite = _SPARE_SUITES.pop(type(self), None) or self.load_suite()
         self.frame_skip = int(self._suite._n_sub_steps)  # control timestep / physics timestep
         self.max_episode_steps = int(self._suite._step_limit)  # time limit / control timestep
         self.model = model
@@ -179,6 +184,10 @@ class DmcTask(Task):
         start = int(self.model.sensor_adr[index])
         return slice(start, start + int(self.model.sensor_dim[index]))
 
+    def sensor_columns(self, *names: str) -> list[int]:
+        """The columns of sensordata that sensors `names` fill, in the order named."""
+        return [column for name in names for column in range(self.sensor(name).start, self.sensor(name).stop)]
+
     def joint_qpos(self, name: str) -> int:
         """The first column of qpos of joint `name`."""
         return int(self.model.jnt_qposadr[self.index(mujoco.mjtObj.mjOBJ_JOINT, name)])
@@ -186,6 +195,9 @@ class DmcTask(Task):
     def joint_dof(self, name: str) -> int:
         """The first column of qvel of joint `name`."""
         return int(self.model.jnt_dofadr[self.index(mujoco.mjtObj.mjOBJ_JOINT, name)])
+
+
+_SPARE_SUITES: dict[type[DmcTask], Any] = {}  # the environment load_model loaded, by task class
 
 
 def frames(state: State, field: str) -> torch.Tensor:
