@@ -58,6 +58,7 @@ from learner import CsvRows
 
 import tasks
 from tasks.dmc import DMC_TASKS
+from tasks.dmc.suite import control_substeps
 from tasks.mujoco import GYMNASIUM_TASKS, TASKS
 from tasks.mujoco.task import load_asset
 
@@ -242,7 +243,7 @@ def model_and_frame_skip(task: str):
     """The MuJoCo model of pql's task `task` and its physics substeps per env step."""
     if task in DMC_TASKS:
         suite = DMC_TASKS[task].load_suite()
-        return DMC_TASKS[task].load_model(), int(suite._n_sub_steps)
+        return DMC_TASKS[task].load_model(), control_substeps(suite)
     return load_asset(TASKS[task].xml), TASKS[task].frame_skip
 
 

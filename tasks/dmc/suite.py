@@ -82,8 +82,9 @@ class DmcTask(Task):
         # The scratch Physics that draws the random starts; a used one serves as well as a new one,
         # since each start draws with its own RandomState.
         self._suite = _SPARE_SUITES.pop(type(self), None) or self.load_suite()
-        self.frame_skip = int(self._suite._n_sub_steps)  # control timestep / physics timestep
-        self.max_episode_steps = int(self._suite._step_limit)  # time limit / control timestep
+        self.frame_skip = control_substeps(self._suite)
+        # time limit / control timestep: dm_control keeps it as it counts, with no public reader
+        self.max_episode_steps = int(self._suite._step_limit)
         self.model = model
         self.dtype, self.device = dtype, device
         super().__init__(model, dtype, device)
@@ -195,6 +196,11 @@ class DmcTask(Task):
     def joint_dof(self, name: str) -> int:
         """The first column of qvel of joint `name`."""
         return int(self.model.jnt_dofadr[self.index(mujoco.mjtObj.mjOBJ_JOINT, name)])
+
+
+def control_substeps(env: Any) -> int:
+    """Physics steps per control step of dm_control's environment `env`."""
+    return round(env.control_timestep() / env.physics.timestep())
 
 
 _SPARE_SUITES: dict[type[DmcTask], Any] = {}  # the environment load_model loaded, by task class
