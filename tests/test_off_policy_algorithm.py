@@ -68,30 +68,33 @@ def run(v_learner: OffPolicyAlgorithm, p_learner: OffPolicyAlgorithm, n: int) ->
     ]
 
 
-def compiled_against_eager(make_config, algo: str, device: torch.device, monkeypatch) -> None:
+def compiled_against_eager(make_config, algo: str, device: torch.device) -> None:
     """fullgraph=True: a graph break would raise; each update is one graph, compiled once. Ten
     critic and policy updates, in float64 so that rounding cannot flip a ReLU between the two forms
     (Adam still magnifies the last digits where a gradient's second moment is tiny); inductor's
     random ops fall back to eager's (SAC samples its policy, PQL smooths its targets), so both
-    draw the same noise. On CUDA the compiled update must also be replayed as a CUDA graph."""
-    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
-    counters = torch._dynamo.utils.counters
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        finals = []
-        for compile in (False, True):
-            torch._dynamo.reset()
-            counters.clear()
-            critic, policy = updates(make_config, algo, compile, device=device)
-            torch.manual_seed(1)
-            finals.append([t.detach().clone() for t in run(critic, policy, 10)])
-        assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # the critic's and the policy's
-        assert not counters["graph_break"], dict(counters["graph_break"])
-        assert not counters["inductor"]["cudagraph_skips"], "a CUDA graph was not captured (TORCH_LOGS=cudagraphs)"
-        start = [t.detach() for t in run(*updates(make_config, algo, False, device=device), 0)]
-    finally:
-        torch.set_default_dtype(default)
+    draw the same noise. On CUDA the compiled update must also be replayed as a CUDA graph. Torch's
+    settings are changed through its own scoped patch: a monkeypatched config module loses the
+    entry on undo (pytest 9.2 deletes what was not in the module's __dict__)."""
+    with torch._inductor.config.patch(fallback_random=True):
+        counters = torch._dynamo.utils.counters
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            finals = []
+            for compile in (False, True):
+                torch._dynamo.reset()
+                counters.clear()
+                critic, policy = updates(make_config, algo, compile, device=device)
+                torch.manual_seed(1)
+                finals.append([t.detach().clone() for t in run(critic, policy, 10)])
+            assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # the critic's and the policy's
+            assert not counters["graph_break"], dict(counters["graph_break"])
+            assert not counters["inductor"]["cudagraph_skips"], "a CUDA graph was not captured (TORCH_LOGS=cudagraphs)"
+            assert not torch._dynamo.config.trace_autograd_ops, "the compiled update left dynamo's setting changed"
+            start = [t.detach() for t in run(*updates(make_config, algo, False, device=device), 0)]
+        finally:
+            torch.set_default_dtype(default)
     for eager, compiled, initial in zip(*finals, start):
         assert not torch.equal(eager, initial), "the updates moved every tensor"
         torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-9)
@@ -99,15 +102,15 @@ def compiled_against_eager(make_config, algo: str, device: torch.device, monkeyp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ALGOS)
-def test_a_compiled_update_is_one_graph_and_makes_the_eager_parameters(make_config, algo, monkeypatch):
-    compiled_against_eager(make_config, algo, CPU, monkeypatch)
+def test_a_compiled_update_is_one_graph_and_makes_the_eager_parameters(make_config, algo):
+    compiled_against_eager(make_config, algo, CPU)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("algo", ALGOS)
-def test_a_compiled_update_on_cuda_is_one_cuda_graph_and_makes_the_eager_parameters(make_config, algo, monkeypatch):
-    compiled_against_eager(make_config, algo, torch.device("cuda"), monkeypatch)
+def test_a_compiled_update_on_cuda_is_one_cuda_graph_and_makes_the_eager_parameters(make_config, algo):
+    compiled_against_eager(make_config, algo, torch.device("cuda"))
 
 
 def test_a_host_read_in_a_compiled_update_fails_it(make_config, monkeypatch):
@@ -207,15 +210,15 @@ def test_a_resumed_algorithm_updates_as_the_uninterrupted_one(make_config, compi
         assert torch.equal(a, b)
 
 
-def test_without_a_cpp_compiler_the_updates_run_eagerly_and_the_start_says_so(make_config, monkeypatch):
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("no-such-compiler++",))
-    assert "no C++ compiler" in compile_unavailable(CPU)
-    compiled = algorithm(make_config, "pql", True)
-    compiled.update_critic(*batch_of(0))
-    assert not compiled.compile and compiled._critic_step.adam is None  # the eager form
-    resolved = resolve(make_config(SMALL + ["runtime.device=cpu", "runtime.compile=true"]))
-    assert compile_warning(resolved) == (
-        "pql: warning: runtime.compile=true runs the updates eagerly: no C++ compiler for "
-        "torch.compile's CPU code (g++, or the one $CXX names)"
-    )
+def test_without_a_cpp_compiler_the_updates_run_eagerly_and_the_start_says_so(make_config):
+    with torch._inductor.config.patch({"cpp.cxx": ("no-such-compiler++",)}):
+        assert "no C++ compiler" in compile_unavailable(CPU)
+        compiled = algorithm(make_config, "pql", True)
+        compiled.update_critic(*batch_of(0))
+        assert not compiled.compile and compiled._critic_step.adam is None  # the eager form
+        resolved = resolve(make_config(SMALL + ["runtime.device=cpu", "runtime.compile=true"]))
+        assert compile_warning(resolved) == (
+            "pql: warning: runtime.compile=true runs the updates eagerly: no C++ compiler for "
+            "torch.compile's CPU code (g++, or the one $CXX names)"
+        )
     assert compile_warning(resolve(make_config(SMALL + ["runtime.device=cpu"]))) is None
