@@ -345,9 +345,44 @@ def test_pql_d_support_scales_with_the_reward():
         load_config(composed(["algo.reward_scale=0"]))
 
 
+def test_a_return_scaled_categorical_critic_has_the_bound_s_support():
+    algo = load_config(composed(["algo=sac", "algo.value=categorical", "algo.return_scaling=true"])).algo
+    assert (algo.v_min, algo.v_max, algo.num_atoms) == (-5.0, 5.0, 101)
+    algo = load_config(composed(["algo=pql_d", "algo.return_scaling=true", "algo.return_bound=3"])).algo
+    assert (algo.v_min, algo.v_max) == (-3.0, 3.0)
+    assert load_config(composed(["algo=pql"])).algo.v_min is None  # a scalar critic has no support
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["algo.net.kind=hyperspherical", "algo.net.critic_hidden=[64,32]"],
+            r"algo.net.critic_hidden=\[64, 32\] is not allowed; expected one width repeated, one residual "
+            r"block per entry, with algo.net.kind=hyperspherical",
+        ),
+        (
+            ["algo=ppo", "algo.net.kind=batchnorm"],
+            r"algo.net.kind='batchnorm' is not allowed; expected mlp with algo=ppo",
+        ),
+        (["algo.net.kind=resnet"], r"algo.net.kind='resnet' is not allowed; expected one of mlp, hyperspherical"),
+        (["algo.value=categorical", "algo.v_min=2", "algo.v_max=1"], r"algo.v_max=1.0 is not allowed"),
+        (["algo.noise_hold=-1"], r"algo.noise_hold=-1 is not allowed; expected an integer >= 0"),
+        (
+            ["algo=sac", "algo.target_entropy_std=0"],
+            r"algo.target_entropy_std=0 is not allowed; expected null or a number > 0",
+        ),
+    ],
+)
+def test_the_learner_s_settings_are_checked(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(composed(overrides))
+
+
 def test_each_algorithm_has_its_own_keys_only():
     assert "exploration" not in composed(["algo=sac"])["algo"]
-    assert "num_atoms" not in composed(["algo=pql"])["algo"]
+    assert "target_entropy_std" not in composed(["algo=pql"])["algo"]
+    assert "return_scaling" not in composed(["algo=ppo"])["algo"]
     assert isinstance(load_config(composed(["algo=sac"])).algo, SACConfig)
     with pytest.raises(ConfigError, match=r"algo.exploration='ape_x' is not allowed; expected one of the keys"):
         load_config({"algo": {"name": "sac", "exploration": "ape_x"}})

@@ -1,12 +1,14 @@
-"""PQL-D: the C51 projection against a slow per-sample, per-atom reference, the choice of the
-target head, the losses, and learning InvertedPendulum on the real runtime."""
+"""PQL-D (PQL with algo.value=categorical): the C51 projection against a slow per-sample, per-atom
+reference, the choice of the target head, the losses, and learning InvertedPendulum on the real
+runtime."""
 
 import math
 
 import pytest
 import torch
 
-from pql.algos.pql_d import PQLD, categorical_projection
+from pql.algos.pql import PQL
+from pql.algos.values import categorical_projection
 from pql.config import PQLDConfig
 from pql.nets import DeterministicActor
 
@@ -80,7 +82,7 @@ def test_projection_keeps_the_mean_inside_the_support():
 def make_rules(**overrides):
     cfg = PQLDConfig(num_atoms=21, v_min=-5.0, v_max=5.0, **overrides)
     cfg.net.actor_hidden = cfg.net.critic_hidden = (16,)
-    return PQLD(cfg, obs_dim=4, act_dim=2)
+    return PQL(cfg, obs_dim=4, act_dim=2)
 
 
 def random_batch(batch, g):

@@ -185,7 +185,24 @@ def _stop_at_update(monkeypatch, update: int) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "algo,extra",
-    [("pql", []), ("sac", []), ("pql_d", []), ("pql", ["replay.kind=prioritized", "replay.priority_mode=rank"])],
+    [
+        ("pql", []),
+        ("sac", []),
+        ("pql_d", []),
+        ("pql", ["replay.kind=prioritized", "replay.priority_mode=rank"]),
+        # The normalized learner: batch-norm statistics, the return's statistics, held noise.
+        (
+            "sac",
+            [
+                "algo.net.kind=batchnorm",
+                "algo.value=categorical",
+                "algo.return_scaling=true",
+                "algo.noise_hold=16",
+                "algo.target_entropy_std=0.15",
+            ],
+        ),
+    ],
+    ids=["pql", "sac", "pql_d", "pql-rank", "sac-normalized"],
 )
 def test_a_run_stopped_at_any_update_resumes_exactly(make_config, tmp_path, monkeypatch, algo, extra):
     """Stopped by SIGTERM at two random updates, resumed after each, a run ends with the networks,

@@ -163,14 +163,57 @@ def test_explore_samples_the_policy_at_every_actor_precision(precision):
     rules = make_rules()
     acting = InferenceCopy(rules.make_policy(), precision).module
     obs = torch.randn(32, OBS_DIM)
+    noise = rules.exploration_noise(32, torch.device("cpu"))
+    assert noise.std is None  # no per-env noise schedule: the policy's own σ
     torch.manual_seed(5)
-    a = rules.explore(acting, obs, torch.full((32, 1), 0.05))
-    torch.manual_seed(5)
-    b = rules.explore(acting, obs, torch.full((32, 1), 0.8))
+    a = rules.explore(acting, obs, noise)
     assert a.shape == (32, ACT_DIM) and a.dtype == torch.float32
     assert (a.abs() <= 1).all()
-    assert torch.equal(a, b)  # the per-env noise schedule does not apply to SAC
-    assert not torch.equal(a, rules.explore(acting, obs, torch.full((32, 1), 0.05)))  # it samples
+    assert not torch.equal(a, rules.explore(acting, obs, noise))  # it samples
+
+
+def test_held_noise_samples_the_policy_with_the_held_draw():
+    torch.manual_seed(6)
+    rules = make_rules(noise_hold=16)
+    policy = rules.make_policy()
+    noise = rules.exploration_noise(32, torch.device("cpu"))
+    obs = torch.randn(32, OBS_DIM)
+    action = rules.explore(policy, obs, noise)
+    with torch.no_grad():
+        mean, log_std = policy.net(obs).chunk(2, dim=-1)
+        want = torch.tanh(mean + log_std.clamp(-5.0, 2.0).exp() * noise.held.eps)
+    assert torch.allclose(action, want, atol=1e-6)
+
+
+def test_the_target_entropy_is_minus_act_dim_or_a_fixed_std_gaussian_s():
+    assert make_rules().target_entropy == -ACT_DIM
+    # FlashSAC's σ = 0.15: act_dim/2 · log(2πe σ²), about -0.478 nats per dimension.
+    assert make_rules(target_entropy_std=0.15).target_entropy == pytest.approx(ACT_DIM * -0.4781, abs=1e-3)
+
+
+def test_a_categorical_soft_target_shifts_every_atom_by_the_entropy_bonus():
+    """y = Φ(R + γ_b (Z' − α log π(a'|s'))), against the slow projection of test_pql_d on the
+    head with the smaller mean."""
+    from test_pql_d import reference_projection
+
+    torch.manual_seed(8)
+    rules = make_rules(init_alpha=0.2, value="categorical", num_atoms=11, v_min=-5.0, v_max=5.0)
+    policy, critic = rules.make_policy(), rules.make_critic()
+    batch = {"next_obs": torch.randn(16, OBS_DIM), "reward": torch.randn(16), "discount": torch.full((16,), 0.9)}
+    batch["discount"][:3] = 0.0
+    torch.manual_seed(9)
+    got = rules.td_target(batch, critic, policy)
+    torch.manual_seed(9)
+    with torch.no_grad():
+        action, log_prob = policy.sample(batch["next_obs"])
+        l1, l2 = critic(batch["next_obs"], action)
+    support = torch.linspace(-5.0, 5.0, 11)
+    for b in range(16):
+        p1, p2 = l1[b].softmax(-1), l2[b].softmax(-1)
+        p = p1 if float(p1 @ support) <= float(p2 @ support) else p2
+        shifted = batch["reward"][b] - batch["discount"][b] * 0.2 * log_prob[b]
+        want = reference_projection(shifted.reshape(1), batch["discount"][b : b + 1], p.unsqueeze(0), -5.0, 5.0)
+        assert torch.allclose(got[b].double(), want[0], atol=1e-5), b
 
 
 # Seed 1 at β_a:v = 1:4: SAC's curve on InvertedPendulum depends on the seed far more than PQL's.

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
 
 from pql.algos.rules import Batch, ParamGroups
+from pql.algos.values import CategoricalValue, ScalarValue, Value
 from pql.nets import DoubleQ
 
 PolicyT = TypeVar("PolicyT", bound=nn.Module)
@@ -61,58 +62,109 @@ def smoothed_target_action(policy: nn.Module, next_obs: torch.Tensor, noise: flo
     return (action + eps).clamp(-1.0, 1.0)
 
 
-def greedy_target(batch: Batch, bootstrap: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """The n-step target R⁽ⁿ⁾ + γ_b·V'(s'); where the batch carries its first steps (algo.greedy_nstep),
-    the larger of it and the one-step target r_0 + γ_1·V'(s_1) (Wang et al., 2021, "Greedy
-    Multi-step Off-Policy RL"). With the optimal value at their ends both are lower bounds of Q*
-    under any behaviour, so the larger is the tighter: the n-step return is kept where the
-    behaviour did better than the critic expects, and dropped where the noise of the behaviour's
-    later actions cost more. bootstrap: states [M, obs_dim] -> V'(s) [M], called once on both sets.
-    -> [B]."""
-    if "next_obs1" not in batch:
-        return batch["reward"] + batch["discount"] * bootstrap(batch["next_obs"])
-    value_n, value_1 = bootstrap(torch.cat([batch["next_obs"], batch["next_obs1"]])).chunk(2)
-    return torch.maximum(batch["reward"] + batch["discount"] * value_n, batch["reward1"] + batch["discount1"] * value_1)
-
-
 class ClippedDoubleQ(ABC, Generic[PolicyT]):
-    """The critic side of PQL and SAC (PQL-D replaces its loss): a double critic trained toward
-    the algorithm's n-step target `td_target`, whose policy is of class PolicyT. Observations
-    given to these methods are normalised."""
+    """The critic side of PQL, PQL-D and SAC: a double critic of heads `value` (algo.value:
+    pql/algos/values.py) trained toward the n-step target R + γ_b (Q'(s', a') + b) of the head
+    with the smaller value, a' and the bonus b from the algorithm's `next_action`; the policy is of
+    class PolicyT. Observations given to these methods are normalised."""
 
     def __init__(self, cfg: Any, obs_dim: int, act_dim: int):
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
+        self.value: Value = (
+            CategoricalValue(cfg.num_atoms, cfg.v_min, cfg.v_max) if cfg.value == "categorical" else ScalarValue()
+        )
 
     def make_critic(self) -> nn.Module:
+        net = self.cfg.net
         return DoubleQ(
             self.obs_dim,
             self.act_dim,
-            self.cfg.net.critic_hidden,
-            layer_norm=self.cfg.net.critic_layer_norm,
-            activation=self.cfg.net.activation,
+            net.critic_hidden,
+            out_dim=self.value.out_dim,
+            layer_norm=net.critic_layer_norm,
+            activation=net.activation,
+            kind=net.kind,
+            expansion=net.expansion,
         )
 
     @abstractmethod
+    def next_action(self, policy: PolicyT, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The action a' the target takes at next_obs [M, obs_dim], and the bonus b [M] added to
+        the next state's value (None: no bonus). -> (a' [M, act_dim], b)."""
+
+    def q(self, out: torch.Tensor) -> torch.Tensor:
+        """A head's value E[Q] from its output. -> [B]."""
+        return self.value.mean(out)
+
+    @torch.no_grad()
     def td_target(self, batch: Batch, target_critic: nn.Module, policy: PolicyT) -> torch.Tensor:
-        """The critic's target y, without gradients. -> [B]."""
+        """The critic's target y (a distribution for a categorical critic), from the target head
+        with the smaller value at the next states. Where the batch carries its first steps
+        (algo.greedy_nstep), per sample the larger of the n-step and the one-step target
+        r_0 + γ_1 (Q'(s_1, a_1') + b) (Wang et al., 2021, "Greedy Multi-step Off-Policy RL"): with
+        the optimal value at their ends both are lower bounds of Q* under any behaviour, so the
+        larger is the tighter; the n-step return is kept where the behaviour did better than the
+        critic expects, and dropped where the noise of the behaviour's later actions cost more."""
+        next_obs, next_action, bonus = self._next(batch, policy)
+        next1, next2 = target_critic(next_obs, next_action)
+        return self._target(batch, next1, next2, bonus)
+
+    @torch.no_grad()
+    def _next(self, batch: Batch, policy: PolicyT) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The next states the target bootstraps from (with greedy_nstep the n-step ones, then the
+        one-step ones), the actions a' there and the bonus b."""
+        next_obs = torch.cat([batch["next_obs"], batch["next_obs1"]]) if "next_obs1" in batch else batch["next_obs"]
+        return next_obs, *self.next_action(policy, next_obs)
+
+    @torch.no_grad()
+    def _target(
+        self, batch: Batch, next1: torch.Tensor, next2: torch.Tensor, bonus: torch.Tensor | None
+    ) -> torch.Tensor:
+        """td_target from the target heads' outputs at _next's states."""
+        next_out = self.value.smaller(next1, next2)
+        if "next_obs1" not in batch:
+            return self.value.target(batch["reward"], batch["discount"], next_out, bonus)
+        reward = torch.cat([batch["reward"], batch["reward1"]])
+        discount = torch.cat([batch["discount"], batch["discount1"]])
+        n_step, one_step = self.value.target(reward, discount, next_out, bonus).chunk(2)
+        return self.value.larger(n_step, one_step)
 
     def critic_loss(
         self, critic: nn.Module, target_critic: nn.Module, policy: PolicyT, batch: Batch, weights: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Σ_j (Q_j(s, a) − y)², importance-weighted. -> (loss, |δ| [B] for priorities, scalars to
-        log). weights: importance weights [B]."""
-        target = self.td_target(batch, target_critic, policy)
-        q1, q2 = critic(batch["obs"], batch["action"])
-        q1, q2 = q1.squeeze(-1), q2.squeeze(-1)
-        loss = (weights * ((q1 - target).pow(2) + (q2 - target).pow(2))).mean()
-        td_abs = (torch.min(q1, q2) - target).detach().abs()
-        return loss, td_abs, {"critic/loss": loss.detach(), "critic/q": q1.detach().mean()}
+        """The heads' loss to td_target (value.loss), importance-weighted. A critic that couples its
+        batch (batch normalization in training mode) and its target see the state-actions and the
+        next ones in one batch, as their statistics must be one batch's (CrossQ, FlashSAC). ->
+        (loss, |δ| [B] = |min_j E[Q_j] − E[y]| for priorities, scalars to log). weights: [B]."""
+        obs, action = batch["obs"], batch["action"]
+        if getattr(critic, "couples_batch", False) and critic.training:
+            next_obs, next_action, bonus = self._next(batch, policy)
+            both_obs, both_action, b = torch.cat([obs, next_obs]), torch.cat([action, next_action]), obs.shape[0]
+            with torch.no_grad():
+                next1, next2 = target_critic(both_obs, both_action)
+                target = self._target(batch, next1[b:], next2[b:], bonus)
+            both1, both2 = critic(both_obs, both_action)
+            out1, out2 = both1[:b], both2[:b]
+        else:
+            target = self.td_target(batch, target_critic, policy)
+            out1, out2 = critic(obs, action)
+        loss = (weights * self.value.loss(out1, out2, target)).mean()
+        with torch.no_grad():
+            q1 = self.q(out1)
+            td_abs = (torch.min(q1, self.q(out2)) - self.value.target_mean(target)).abs()
+        return loss, td_abs, {"critic/loss": loss.detach(), "critic/q": q1.mean()}
 
     @torch.no_grad()
     def td_error(self, critic: nn.Module, target_critic: nn.Module, policy: PolicyT, batch: Batch) -> torch.Tensor:
-        """|min_j Q_j(s, a) − y| [B], the TD error critic_loss reports, without a loss."""
-        q1, q2 = critic(batch["obs"], batch["action"])
-        return (torch.min(q1, q2).squeeze(-1) - self.td_target(batch, target_critic, policy)).abs()
+        """|min_j E[Q_j(s, a)] − E[y]| [B], the TD error critic_loss reports, without a loss."""
+        out1, out2 = critic(batch["obs"], batch["action"])
+        target = self.td_target(batch, target_critic, policy)
+        return (torch.min(self.q(out1), self.q(out2)) - self.value.target_mean(target)).abs()
+
+    def min_q(self, critic: nn.Module, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """min(E[Q_1], E[Q_2])(s, a), the value a policy maximises. -> [B]."""
+        out1, out2 = critic(obs, action)
+        return torch.min(self.q(out1), self.q(out2))
 
     def critic_optim_params(self, critic: nn.Module) -> ParamGroups:
         return [{"params": critic.parameters(), "lr": self.cfg.critic_lr}]

@@ -35,6 +35,7 @@ from torch import nn
 
 from pql.algos.common import SoftUpdate, adam
 from pql.algos.rules import Batch, OffPolicyRules
+from pql.nets.layers import projected_layers
 
 PolicyT = TypeVar("PolicyT", bound=nn.Module)
 NoiseT = TypeVar("NoiseT")
@@ -132,6 +133,20 @@ class CompiledAdam:
             update = torch._foreach_div(torch._foreach_div(g["exp_avg"], denom), correction1)
             torch._foreach_mul_(update, g["lr"])
             torch._foreach_sub_(params, update)
+
+
+class Projection:
+    """Re-projects the weights of a network's normalized layers (pql.nets.layers: unit rows, gains
+    at norm √d) after each optimiser step, as SimbaV2 and FlashSAC do; nothing for an MLP. The
+    layers are listed once."""
+
+    def __init__(self, network: nn.Module):
+        self.layers = projected_layers(network)
+
+    @torch.no_grad()
+    def __call__(self) -> None:
+        for layer in self.layers:
+            layer.project()
 
 
 def compile_unavailable(device: torch.device) -> str | None:
@@ -276,10 +291,14 @@ class OffPolicyAlgorithm(Generic[PolicyT, NoiseT]):
 
     # The networks and optimisers, each made on first use.
 
+    # Every network starts in eval mode, as every copy of another role's network stays (a batch-
+    # normalized network then uses its running statistics); the network a role trains switches to
+    # training mode when its update is built.
+
     @cached_property
     def critic(self) -> nn.Module:
         """Q: (obs [B, obs_dim], action [B, act_dim]) -> its heads."""
-        return self.rules.make_critic().to(self.device)
+        return self.rules.make_critic().to(self.device).eval()
 
     @cached_property
     def target_critic(self) -> nn.Module:
@@ -290,12 +309,12 @@ class OffPolicyAlgorithm(Generic[PolicyT, NoiseT]):
     @cached_property
     def policy(self) -> PolicyT:
         """π: obs [B, obs_dim] -> action [B, act_dim]."""
-        return self.rules.make_policy().to(self.device)
+        return self.rules.make_policy().to(self.device).eval()
 
     @cached_property
     def delivered(self) -> PolicyT:
         """The policy the run delivers with a policy_average: the Polyak average of π."""
-        return copy.deepcopy(self.policy).requires_grad_(False)
+        return copy.deepcopy(self.policy).requires_grad_(False).eval()
 
     @cached_property
     def critic_optim(self) -> torch.optim.Adam:
@@ -342,23 +361,35 @@ class OffPolicyAlgorithm(Generic[PolicyT, NoiseT]):
     @cached_property
     def _critic_step(self) -> _Step:
         critic, target, policy = self.critic, self.target_critic, self.policy
+        # The target in training mode too: a batch-normalized target computes its values with the
+        # statistics of the batch the critic learns from (its running ones are the critic's copy).
+        critic.train()
+        target.train()
         soft_update = SoftUpdate(target, critic)
+        project = Projection(critic)
 
         def loss(batch: Batch, weights: torch.Tensor):
             return self.rules.critic_loss(critic, target, policy, batch, weights)
 
-        static = [*target.parameters(), *target.buffers()]
-        return _Step(self.critic_optim, loss, lambda: soft_update(self.tau), static, self.gradient_mean, self.compile)
+        def after_step() -> None:
+            project()
+            soft_update(self.tau)
+
+        # A batch-normalized critic's running statistics change in the update too.
+        static = [*target.parameters(), *target.buffers(), *critic.buffers()]
+        return _Step(self.critic_optim, loss, after_step, static, self.gradient_mean, self.compile)
 
     @cached_property
     def _policy_step(self) -> _Step:
         policy, critic = self.policy, self.critic
+        policy.train()
+        project = Projection(policy)
 
         def loss(obs: torch.Tensor):
             return self.rules.policy_loss(policy, critic, obs)
 
-        after_step: Callable[[], None] = lambda: None
-        static: list[torch.Tensor] = []
+        average: Callable[[], None] = lambda: None
+        static: list[torch.Tensor] = list(policy.buffers())
         if self.policy_average:
             self._average = SoftUpdate(self.delivered, policy)
             if self.compile:
@@ -366,10 +397,15 @@ class OffPolicyAlgorithm(Generic[PolicyT, NoiseT]):
                 # float64 CPU tensor (torch 2.13). Exact to 2^24 updates; past 1/τ_π the clamp holds.
                 count = torch.full((), float(self.policy_updates), dtype=torch.float32, device=self.device)
                 self._device_count = count
-                after_step = self._average_on_device
-                static = [count, *self.delivered.parameters(), *self.delivered.buffers()]
+                average = self._average_on_device
+                static += [count, *self.delivered.parameters(), *self.delivered.buffers()]
             else:
-                after_step = self._average_on_host
+                average = self._average_on_host
+
+        def after_step() -> None:
+            project()
+            average()
+
         return _Step(self.policy_optim, loss, after_step, static, self.gradient_mean, self.compile)
 
     def _average_on_host(self) -> None:

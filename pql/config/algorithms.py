@@ -32,7 +32,7 @@ class Algorithm:
 
 ALGORITHMS = {
     "pql": Algorithm(PQLConfig, "pql.algos.pql:PQL", "pql.runtime.off_policy.runner:OffPolicyRunner"),
-    "pql_d": Algorithm(PQLDConfig, "pql.algos.pql_d:PQLD", "pql.runtime.off_policy.runner:OffPolicyRunner"),
+    "pql_d": Algorithm(PQLDConfig, "pql.algos.pql:PQL", "pql.runtime.off_policy.runner:OffPolicyRunner"),
     "sac": Algorithm(SACConfig, "pql.algos.sac:SAC", "pql.runtime.off_policy.runner:OffPolicyRunner"),
     "ppo": Algorithm(PPOConfig, "pql.algos.ppo:PPO", "pql.runtime.on_policy.ppo_runner:PPORunner"),
     "impala": Algorithm(ImpalaConfig, "pql.algos.impala:Impala", "pql.runtime.on_policy.impala_runner:ImpalaRunner"),

@@ -23,7 +23,6 @@ from pql.config.schema import (
     ImpalaConfig,
     OffPolicyConfig,
     PQLConfig,
-    PQLDConfig,
     algo_names,
     task_names,
 )
@@ -138,8 +137,22 @@ def _cross_checks(cfg: Config) -> None:
         )
     if cfg.task.value_max <= cfg.task.value_min:
         raise ConfigError("task.value_max", cfg.task.value_max, f"a number > task.value_min ({cfg.task.value_min})")
-    if isinstance(algo, PQLDConfig) and given(algo.v_max) <= given(algo.v_min):
+    if isinstance(algo, OffPolicyConfig) and algo.value == "categorical" and given(algo.v_max) <= given(algo.v_min):
         raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
+    net = getattr(algo, "net", None)
+    if net is not None and net.kind != "mlp":
+        if not isinstance(algo, OffPolicyConfig):
+            raise ConfigError(
+                "algo.net.kind", net.kind, f"mlp with algo={algo.name} (the residual kinds are for pql, pql_d and sac)"
+            )
+        for key in ("actor_hidden", "critic_hidden"):
+            widths = getattr(net, key)
+            if len(set(widths)) != 1:
+                raise ConfigError(
+                    f"algo.net.{key}",
+                    list(widths),
+                    f"one width repeated, one residual block per entry, with algo.net.kind={net.kind}",
+                )
     if cfg.replay.rerank_every is not None and (cfg.replay.kind, cfg.replay.priority_mode) != ("prioritized", "rank"):
         raise ConfigError(
             "replay.rerank_every",
@@ -183,9 +196,14 @@ def load_config(raw: dict) -> Config:
     cfg.algo = algo
     if isinstance(algo, OffPolicyConfig) and algo.nstep is None:
         algo.nstep = default_nstep(cfg.task.name)
-    if isinstance(algo, PQLDConfig):
-        algo.v_min = cfg.task.value_min * algo.reward_scale if algo.v_min is None else algo.v_min
-        algo.v_max = cfg.task.value_max * algo.reward_scale if algo.v_max is None else algo.v_max
+    if isinstance(algo, OffPolicyConfig) and algo.value == "categorical":
+        low, high = (
+            (-algo.return_bound, algo.return_bound)
+            if algo.return_scaling
+            else (cfg.task.value_min * algo.reward_scale, cfg.task.value_max * algo.reward_scale)
+        )
+        algo.v_min = low if algo.v_min is None else algo.v_min
+        algo.v_max = high if algo.v_max is None else algo.v_max
     _cross_checks(cfg)
     return cfg
 

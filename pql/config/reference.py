@@ -49,7 +49,7 @@ def _table(title: str, rows: list[str]) -> str:
 
 def _algo_reference() -> list[str]:
     """The algo group: the keys pql, pql_d and sac share, then per algorithm the keys it adds to
-    the nearest class already shown (all its keys if none is)."""
+    the nearest class already shown or sets otherwise (all its keys if none is)."""
     default = Config().algo
     name = next(f for f in dataclasses.fields(default) if f.name == "name")
     blocks = [
@@ -66,25 +66,20 @@ def _algo_reference() -> list[str]:
         title = (
             f"*{algo_name}*"
             if base is None
-            else f"*{algo_name} adds*"
+            else f"*{algo_name} adds, or sets otherwise*"
             if base is OffPolicyConfig
-            else f"*{algo_name} adds to {name_of[base]}'s*"
+            else f"*{algo_name} adds to {name_of[base]}'s, or sets otherwise*"
         )
         tables.append((title, cls, base))
     for title, cls, base in tables:
-        shown = {"name"} | ({f.name for f in dataclasses.fields(base)} if base else set())
-        blocks.append(
-            _table(
-                title,
-                [
-                    row
-                    for f in dataclasses.fields(cls)
-                    if f.name not in shown
-                    for row in _rows(f"algo.{f.name}", f, _default(f))
-                ],
-            )
-        )
+        shown = set(_class_rows(base)) if base else set()
+        blocks.append(_table(title, [row for row in _class_rows(cls) if row not in shown]))
     return blocks
+
+
+def _class_rows(cls: type) -> list[str]:
+    """The rows of an algorithm config class's keys (but its name) at its defaults."""
+    return [row for f in dataclasses.fields(cls) if f.name != "name" for row in _rows(f"algo.{f.name}", f, _default(f))]
 
 
 def reference_markdown() -> str:

@@ -132,7 +132,21 @@ class NetConfig:
     )
     # LayerNorm keeps early Q-learning from diverging when the replay holds few states (MuJoCo
     # Ant on a CPU collapsed without it).
-    critic_layer_norm: bool = option(True, "true or false", doc="LayerNorm before each hidden activation of the critic")
+    critic_layer_norm: bool = option(
+        True, "true or false", doc="LayerNorm before each hidden activation of an mlp critic"
+    )
+    kind: str = option(
+        "mlp",
+        "one of mlp, hyperspherical, batchnorm",
+        one_of("mlp", "hyperspherical", "batchnorm"),
+        doc="the policy's and the critic's network: mlp, linear layers and activations; "
+        "hyperspherical, SimbaV2's residual net on the unit sphere; batchnorm, FlashSAC's "
+        "batch-normalized residual net (the residual kinds: one block per entry of the hidden "
+        "widths, all equal; weights re-projected after each step; off-policy algorithms only)",
+    )
+    expansion: int = option(
+        4, "an integer >= 1", at_least_one, doc="how much a residual block's inner layer widens its width"
+    )
 
 
 def _on_policy_net() -> NetConfig:
@@ -220,6 +234,50 @@ class OffPolicyConfig:
         "the run evaluates, checkpoints and delivers, while the actor explores with the "
         "latest; 0: the latest policy is delivered",
     )
+    value: str = option(
+        "scalar",
+        "one of scalar, categorical",
+        one_of("scalar", "categorical"),
+        doc="the critic's heads: scalar, one Q each with a squared TD error; categorical, "
+        "algo.num_atoms logits each over a fixed support, trained by cross-entropy to the "
+        "projected target (C51)",
+    )
+    num_atoms: int = option(
+        101, "an integer >= 2", lambda v: v >= 2, doc="atoms z_i = v_min + iΔz of a categorical critic's support"
+    )
+    v_min: float | None = option(
+        None,
+        "a number < v_max, or null",
+        doc="a categorical critic's lowest atom; null: −algo.return_bound with algo.return_scaling, "
+        "else task.value_min × algo.reward_scale. Values outside the support are clipped onto it",
+    )
+    v_max: float | None = option(
+        None,
+        "a number > v_min, or null",
+        doc="its highest atom; null: algo.return_bound with algo.return_scaling, else "
+        "task.value_max × algo.reward_scale",
+    )
+    return_scaling: bool = option(
+        False,
+        "true or false",
+        doc="the critic learns rewards divided by a running scale of the discounted return, "
+        "max(σ_G, max|G| / algo.return_bound) (SimbaV2, FlashSAC), so that its values stay "
+        "within ±return_bound on every task; the actor tracks G per env, every role reads "
+        "its latest statistics",
+    )
+    return_bound: float = option(
+        5.0, "a number > 0", positive, doc="the largest |return| algo.return_scaling lets the critic see"
+    )
+    noise_hold: int = option(
+        0,
+        "an integer >= 0",
+        non_negative,
+        doc="the longest an exploration draw is held: each env keeps its draw for k steps, "
+        "k ~ Zeta(algo.noise_hold_mu) on 1..noise_hold (FlashSAC: 16); 0: a fresh draw every step",
+    )
+    noise_hold_mu: float = option(
+        2.0, "a number > 1", lambda v: v > 1, doc="μ of the hold lengths' Zeta distribution, P(k) ∝ k^−μ"
+    )
     net: NetConfig = field(default_factory=NetConfig)
 
 
@@ -248,16 +306,11 @@ class PQLDConfig(PQLConfig):
     """PQL with a categorical distributional critic."""
 
     name: str = _algo_name("pql_d")
-    num_atoms: int = option(
-        101, "an integer >= 2", lambda v: v >= 2, doc="atoms z_i = v_min + iΔz of the critic's fixed support"
-    )
-    v_min: float | None = option(
-        None,
-        "a number < v_max, or null: task.value_min × algo.reward_scale",
-        doc="lowest atom; the support must cover the task's discounted returns, values outside are clipped onto it",
-    )
-    v_max: float | None = option(
-        None, "a number > v_min, or null: task.value_max × algo.reward_scale", doc="highest atom"
+    value: str = option(
+        "categorical",
+        "one of scalar, categorical",
+        one_of("scalar", "categorical"),
+        doc="the critic's heads (pql_d: categorical; scalar makes it pql)",
     )
 
 
@@ -270,6 +323,13 @@ class SACConfig(OffPolicyConfig):
         0.1, "a number > 0", positive, doc="initial temperature α, tuned towards the target entropy −act_dim"
     )
     alpha_lr: float = option(3e-4, "a number > 0", positive, doc="Adam learning rate of α")
+    target_entropy_std: float | None = option(
+        None,
+        "null or a number > 0",
+        positive,
+        doc="the target entropy: null, SAC's −act_dim; σ, that of a Gaussian of std σ in every action "
+        "dimension, act_dim/2·log(2πeσ²) (FlashSAC: 0.15)",
+    )
     # ELU, as measured before: ReLU was measured for PQL only (docs/tuning.md), and SAC's
     # InvertedPendulum test did not solve in its 170 s with ReLU and β_a:v 1:16.
     net: NetConfig = field(default_factory=lambda: NetConfig(activation="elu"))

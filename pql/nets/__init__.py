@@ -1,7 +1,7 @@
 from pql.nets.actor import DeterministicActor, GaussianActor, SquashedGaussianActor
 from pql.nets.critic import DoubleQ, ValueNet
 from pql.nets.mlp import mlp
-from pql.nets.normalizer import ObsNormalizer
+from pql.nets.normalizer import ObsNormalizer, ReturnScale
 
 __all__ = [
     "DeterministicActor",
@@ -11,4 +11,5 @@ __all__ = [
     "ValueNet",
     "mlp",
     "ObsNormalizer",
+    "ReturnScale",
 ]

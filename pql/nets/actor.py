@@ -8,31 +8,51 @@ import math
 import torch
 from torch import nn
 
+from pql.nets.kinds import policy_net
 from pql.nets.mlp import mlp
 
 
 class DeterministicActor(nn.Module):
-    """PQL/TD3 policy a = tanh(f(s)). obs: [B, obs_dim] -> action: [B, act_dim] in [-1, 1]."""
+    """PQL/TD3 policy a = tanh(f(s)), f a network of `kind` (pql.nets.kinds). obs: [B, obs_dim] ->
+    action: [B, act_dim] in [-1, 1]."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], *, activation: str):
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        *,
+        activation: str,
+        kind: str = "mlp",
+        expansion: int = 4,
+    ):
         super().__init__()
-        self.net = mlp(obs_dim, hidden, act_dim, activation=activation)
+        self.net = policy_net(kind, obs_dim, hidden, act_dim, activation=activation, expansion=expansion)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs))
 
 
 class SquashedGaussianActor(nn.Module):
-    """SAC policy: u ~ N(μ(s), σ(s)), a = tanh(u). Holds SAC's temperature as a parameter so the
-    weight sync that carries the policy also carries α to the V-learner."""
+    """SAC policy: u ~ N(μ(s), σ(s)), a = tanh(u), (μ, log σ) from a network of `kind`
+    (pql.nets.kinds). Holds SAC's temperature as a parameter so the weight sync that carries the
+    policy also carries α to the V-learner."""
 
     LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
     def __init__(
-        self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], init_alpha: float = 0.1, *, activation: str
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        init_alpha: float = 0.1,
+        *,
+        activation: str,
+        kind: str = "mlp",
+        expansion: int = 4,
     ):
         super().__init__()
-        self.net = mlp(obs_dim, hidden, 2 * act_dim, activation=activation)
+        self.net = policy_net(kind, obs_dim, hidden, 2 * act_dim, activation=activation, expansion=expansion)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -40,11 +60,12 @@ class SquashedGaussianActor(nn.Module):
         mean, _ = self.net(obs).chunk(2, dim=-1)
         return torch.tanh(mean)
 
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterised sample and its log-probability. -> action [B, act_dim], log_prob [B]."""
+    def sample(self, obs: torch.Tensor, eps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample u = μ + σ·ε and its log-probability, ε ~ N(0, I) unless given (an
+        actor's held noise). -> action [B, act_dim], log_prob [B]."""
         mean, log_std = self.net(obs).chunk(2, dim=-1)
         log_std = log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
-        u = mean + log_std.exp() * torch.randn_like(mean)
+        u = mean + log_std.exp() * (torch.randn_like(mean) if eps is None else eps)
         action = torch.tanh(u)
         # log π(a|s) = log N(u; μ, σ) − Σ log(1 − tanh²u), the tanh change of variables written
         # in its numerically stable form 2(log 2 − u − softplus(−2u)).

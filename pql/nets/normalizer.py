@@ -1,9 +1,28 @@
-"""Running mean/std observation normaliser, shared by every role through the weight sync."""
+"""The running statistics every role reads through the weight sync: the observation normaliser, and
+the return's scale that algo.return_scaling divides the critic's rewards by."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+
+def fold_moments(
+    count: torch.Tensor,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    n: int | torch.Tensor,
+    batch_mean: torch.Tensor,
+    batch_var: torch.Tensor,
+) -> None:
+    """Fold a batch of n samples (mean, biased variance) into running (count, mean, var), in place:
+    Chan et al.'s parallel combination of two (mean, M2) summaries."""
+    total = count + n
+    delta = batch_mean - mean
+    m2 = var * count + batch_var * n + delta.pow(2) * count * n / total
+    mean += delta * n / total
+    var.copy_(m2 / total)
+    count.copy_(total)
 
 
 class ObsNormalizer(nn.Module):
@@ -31,13 +50,50 @@ class ObsNormalizer(nn.Module):
     def update_moments(self, n: int | torch.Tensor, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
         """Fold in a batch of n observations (a number, or a 0-d tensor on the device) with
         mean and (biased) variance [obs_dim]."""
-        total = self.count + n
-        delta = batch_mean - self.mean
-        # Chan et al.'s parallel combination of two (mean, M2) summaries.
-        m2 = self.var * self.count + batch_var * n + delta.pow(2) * self.count * n / total
-        self.mean += delta * n / total
-        self.var.copy_(m2 / total)
-        self.count.copy_(total)
+        fold_moments(self.count, self.mean, self.var, n, batch_mean, batch_var)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return ((obs - self.mean) / (self.var + self.eps).sqrt()).clamp(-self.clip, self.clip)
+
+
+class ReturnScale(nn.Module):
+    """The scale the critic's rewards are divided by with algo.return_scaling (SimbaV2, FlashSAC):
+    max(σ_G, max|G| / bound), G being the envs' discounted returns so far in their episodes,
+    G_t = r_t + γ G_{t−1} (0 before an episode's first step). σ_G keeps the values' spread near
+    one; the second term keeps the largest return seen within ±bound, the support of a categorical
+    critic. The actor folds in each step's G of every env (and of every replica) and publishes the
+    statistics; every role scales with the latest published copy, as with ObsNormalizer. Before
+    any data the scale is 1."""
+
+    count: torch.Tensor
+    mean: torch.Tensor
+    var: torch.Tensor
+    max_abs: torch.Tensor
+
+    def __init__(self, bound: float, eps: float = 1e-8):
+        super().__init__()
+        self.bound, self.eps = bound, eps
+        self.register_buffer("count", torch.tensor(0.0))
+        self.register_buffer("mean", torch.tensor(0.0))
+        self.register_buffer("var", torch.tensor(1.0))
+        self.register_buffer("max_abs", torch.tensor(0.0))
+
+    @torch.no_grad()
+    def update(self, returns: torch.Tensor) -> None:
+        """returns: [N] this step's G of every env."""
+        self.update_moments(returns.shape[0], returns.mean(), returns.var(unbiased=False), returns.abs().max())
+
+    @torch.no_grad()
+    def update_moments(
+        self, n: int | torch.Tensor, batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_max_abs: torch.Tensor
+    ) -> None:
+        """Fold in n returns with mean, (biased) variance and largest magnitude (0-d tensors)."""
+        fold_moments(self.count, self.mean, self.var, n, batch_mean, batch_var)
+        self.max_abs.copy_(torch.maximum(self.max_abs, batch_max_abs))
+
+    def scale(self) -> torch.Tensor:
+        """max(σ_G, max|G| / bound), a 0-d tensor."""
+        return torch.maximum((self.var + self.eps).sqrt(), self.max_abs / self.bound)
+
+    def forward(self, reward: torch.Tensor) -> torch.Tensor:
+        return reward / self.scale()

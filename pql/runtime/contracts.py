@@ -14,12 +14,14 @@ import torch
 from torch import nn
 
 # The shared weights (pql.runtime.weight_sync.SharedWeights), each named once: the P-learner's
-# policy, the V-learner's critic, the actor's observation statistics, and the P-learner's average
-# policy (algo.policy_average), which the run then delivers instead of "policy".
+# policy, the V-learner's critic, the actor's observation statistics, the P-learner's average
+# policy (algo.policy_average), which the run then delivers instead of "policy", and the actor's
+# return statistics (algo.return_scaling), whose scale the V-learner divides its rewards by.
 POLICY = "policy"
 CRITIC = "critic"
 NORMALIZER = "normalizer"
 DELIVERED = "delivered"
+RETURN_SCALE = "return_scale"
 
 
 class RunMonitor(Protocol):

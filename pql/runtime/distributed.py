@@ -7,8 +7,9 @@ the same role, one process group per role (`role_group`):
 
 * learners average their gradients before every optimiser step, so every replica holds the same
   networks at every update;
-* actors merge the batch statistics of their observations at every step, so every replica holds
-  the same observation normaliser; and agree, every FINISH_CHECK_EVERY steps, on whether any
+* actors merge the batch statistics of their observations (and with algo.return_scaling of their
+  discounted returns) at every step, so every replica holds the same statistics; and agree,
+  every FINISH_CHECK_EVERY steps, on whether any
   replica asked to finish and why (time limit or solved, or a stop signal: a stop code of
   pql/runtime/stopping.py), so they all stop at the same step and end the same way.
 
@@ -194,6 +195,25 @@ class ReplicaGroup:
         n, s, sq = moments[0], *moments[1:].chunk(2)
         mean = s / n
         normalizer.update_moments(n.float(), mean.float(), (sq / n - mean.pow(2)).clamp_min(0).float())
+
+    def update_return_scale(self, return_scale, returns: torch.Tensor) -> None:
+        """Update `return_scale` (pql.nets.ReturnScale) with this step's discounted returns of
+        every replica: their counts, sums and sums of squares summed (float64), their largest
+        magnitudes maxed, so every replica's statistics get the same update."""
+        if self.world == 1:
+            return_scale.update(returns)
+            return
+        x = returns.double()
+        moments = torch.stack([x.new_tensor(float(x.shape[0])), x.sum(), x.pow(2).sum()])
+        largest = x.abs().max()
+        with _collective("the return-statistics all-reduce"):
+            dist.all_reduce(moments, group=self.device)
+            dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=self.device)
+        n, s, sq = moments
+        mean = s / n
+        return_scale.update_moments(
+            n.float(), mean.float(), (sq / n - mean.pow(2)).clamp_min(0).float(), largest.float()
+        )
 
     def agree(self, code: int) -> int:
         """The largest stop code any replica asks for (pql/runtime/stopping.py; 0: none), in one

@@ -235,7 +235,7 @@ def checkpoint_policy(
 ) -> tuple[nn.Module, ObsNormalizer]:
     """The policy a checkpoint delivers (a policy of `runner_cls` for its algorithm's section
     `algo`) and its observation normaliser, on device."""
-    policy = runner_cls.make_policy(algo, obs_dim, act_dim).to(device)
+    policy = runner_cls.make_policy(algo, obs_dim, act_dim).to(device).eval()  # a network's inference mode
     policy.load_state_dict(state["policy"])
     normalizer = ObsNormalizer(obs_dim).to(device)
     normalizer.load_state_dict(state["normalizer"])

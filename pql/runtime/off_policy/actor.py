@@ -1,6 +1,7 @@
 """The actor role: steps the training envs with its local policy copy, folds n-step
-transitions and stages them in the ring for the learners. With several replicas it merges its
-observation statistics with theirs at every step and agrees with them on when and why to finish
+transitions and stages them in the ring for the learners. It keeps the observation statistics
+(and with algo.return_scaling the return's) that every role reads. With several replicas it merges
+those statistics with theirs at every step and agrees with them on when and why to finish
 (pql/runtime/distributed.py)."""
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import torch
 
 from pql.algos.off_policy import OffPolicyAlgorithm
 from pql.envs import build_env, to_env_action
-from pql.nets import ObsNormalizer
+from pql.nets import ObsNormalizer, ReturnScale
 from pql.replay.nstep import NStepWindow
-from pql.runtime.contracts import CRITIC, NORMALIZER, POLICY, Role
+from pql.runtime.contracts import CRITIC, NORMALIZER, POLICY, RETURN_SCALE, Role
 from pql.runtime.control import PQLShared, RatioController
 from pql.runtime.device import InFlight
 from pql.runtime.distributed import FINISH_CHECK_EVERY, ReplicaGroup
@@ -45,7 +46,13 @@ class Actor(Role):
         self.policy_reader = WeightsReader(shared.weights[POLICY], algorithm.policy)
         self.acting = InferenceCopy(algorithm.policy, settings.precision)
         self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
-        self.noise_std = algorithm.exploration_noise(self.env.num_envs)
+        # algo.return_scaling: the return's statistics, over G_t = r_t + γ G_{t-1} of every env.
+        self.return_scale: ReturnScale | None = None
+        self.returns: torch.Tensor | None = None
+        if settings.return_bound is not None:
+            self.return_scale = ReturnScale(settings.return_bound).to(device)
+            self.returns = torch.zeros(self.env.num_envs, device=device)
+        self.noise = algorithm.exploration_noise(self.env.num_envs)
         self.window = NStepWindow(settings.nstep, settings.gamma, settings.priority_eta, settings.keeps_first_step)
         # Ape-X: with replay.actor_priorities the actor keeps a critic copy to prioritise its data.
         prioritises = settings.priority_eta is not None
@@ -97,7 +104,7 @@ class Actor(Role):
         batch = {
             "obs": self.normalizer(obs),
             "action": action,
-            "reward": reward,
+            "reward": reward if self.return_scale is None else self.return_scale(reward),
             "next_obs": self.normalizer(final_obs),
             "discount": self.settings.gamma * (~terminated).float(),
         }
@@ -122,7 +129,7 @@ class Actor(Role):
                 torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
             )
         else:
-            action = self.algorithm.act(self.normalizer(self.obs), self.noise_std, self.acting.module)
+            action = self.algorithm.act(self.normalizer(self.obs), self.noise, self.acting.module)
         with finite_actions(self.name, f"actor step {c.actor_steps:,}"):
             next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
         c.env_steps += self.env.num_envs
@@ -131,6 +138,8 @@ class Actor(Role):
             self.episodes.report(self.shared)
         if self.settings.reward_scale != 1.0:
             reward = reward * self.settings.reward_scale  # what the critic learns; the episodes above keep the env's
+        if self.returns is not None:
+            self._track_returns(reward, terminated | truncated)
         td_abs = (
             None
             if self.critic_reader is None
@@ -147,6 +156,15 @@ class Actor(Role):
         self.ring_writes.mark()
         self._count_landed()
 
+    def _track_returns(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        """Fold this step's discounted returns into the return's statistics, publish them, and
+        start the finished episodes' returns anew."""
+        assert self.returns is not None and self.return_scale is not None
+        self.returns.mul_(self.settings.gamma).add_(reward)
+        self.group.update_return_scale(self.return_scale, self.returns)
+        self.shared.weights[RETURN_SCALE].publish(self.return_scale)
+        self.returns.masked_fill_(done, 0.0)
+
     def close(self) -> None:
         """Close the envs: a simulator's threads, Gymnasium's subprocesses. A role process exits
         without the interpreter's teardown (supervisor.exit_without_teardown), which would."""
@@ -159,6 +177,7 @@ class Actor(Role):
             "policy": self.policy_reader.state_dict(),
             "critic": None if self.critic_reader is None else self.critic_reader.state_dict(),
             "normalizer": self.normalizer.state_dict(),
+            "return_scale": None if self.return_scale is None else self.return_scale.state_dict(),
             "generator": self.generator.get_state(),
             "local_steps": self.local_steps,
             "random_warmup": self.random_warmup,
@@ -177,7 +196,8 @@ class Actor(Role):
                 "env": env,
                 "obs": self.obs,
                 "window": [list(step) for step in self.window.steps],
-                "noise_std": self.noise_std,
+                **self.noise.state_dict(),
+                "returns": self.returns,
                 "episodes": {"return": episodes.ep_return, "length": episodes.ep_length, "finished": episodes.finished},
             },
         }
@@ -189,6 +209,9 @@ class Actor(Role):
             self.critic_reader.load_state_dict(state["critic"])
         self.normalizer.load_state_dict(state["normalizer"])
         self.shared.weights[NORMALIZER].publish(self.normalizer, wait=True)  # the learners' statistics too
+        if self.return_scale is not None and state.get("return_scale") is not None:
+            self.return_scale.load_state_dict(state["return_scale"])
+            self.shared.weights[RETURN_SCALE].publish(self.return_scale, wait=True)
         self.generator.set_state(state["generator"])
         self.local_steps, self.random_warmup = state["local_steps"], state["random_warmup"]
         self._load_envs(state["envs"])
@@ -213,8 +236,9 @@ class Actor(Role):
             self.window.steps = [
                 tuple(None if t is None else t.to(self.device) for t in step) for step in saved["window"]
             ]
-        if self.noise_std is not None:
-            self.noise_std.copy_(saved["noise_std"])
+        self.noise.load_state_dict(saved)
+        if self.returns is not None and saved.get("returns") is not None:
+            self.returns.copy_(saved["returns"])
         episodes = saved["episodes"]
         self.episodes.ep_return.copy_(episodes["return"])
         self.episodes.ep_length.copy_(episodes["length"])

@@ -10,10 +10,10 @@ import torch
 
 from pql.algos.off_policy import OffPolicyAlgorithm, Part
 from pql.bulk import disk_size, fits_disk, nbytes, read_bulk, write_bulk
-from pql.nets import ObsNormalizer
+from pql.nets import ObsNormalizer, ReturnScale
 from pql.replay import ReplayBuffer, UniformSampler, make_sampler, replay_layout, sampler_layout_kind
 from pql.replay.nstep import transition_spec
-from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY, Role
+from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY, RETURN_SCALE, Role
 from pql.runtime.control import PQLShared, RatioController
 from pql.runtime.device import InFlight, host_values
 from pql.runtime.distributed import ReplicaGroup
@@ -183,7 +183,7 @@ class VLearner(_Learner):
     name = "v_learner"
     consumed_counter, update_counter = "consumed_v", "critic_updates"
     publishes = (CRITIC,)
-    copied_networks = ("normalizer", "policy")
+    copied_networks: tuple[str, ...] = ("normalizer", "policy")
     part = "critic"
 
     def __init__(
@@ -205,6 +205,11 @@ class VLearner(_Learner):
         self.staged_priorities = settings.staged_priorities
         group.broadcast(algorithm.critic)  # before its target is made from it
         self.policy_reader = WeightsReader(shared.weights[POLICY], algorithm.policy)
+        # algo.return_scaling: the rewards divided by the return's scale, the actor's latest.
+        self.return_scale = None if settings.return_bound is None else ReturnScale(settings.return_bound).to(device)
+        if self.return_scale is not None:
+            self.return_scale_reader = WeightsReader(shared.weights[RETURN_SCALE], self.return_scale)
+            self.copied_networks = (*self.copied_networks, "return_scale")
         algorithm.prepare(self.part)
         shared.weights[CRITIC].publish(algorithm.critic, wait=True)
 
@@ -215,6 +220,11 @@ class VLearner(_Learner):
         if self.updates % self.settings.pull_every == 0:
             self.policy_reader.pull()
         batch, indices, weights = self._sample(self.batch_size)
+        if self.return_scale is not None:
+            self.return_scale_reader.pull()
+            for k in ("reward", "reward1"):
+                if k in batch:
+                    batch[k] = self.return_scale(batch[k])
         td_abs, info = self.algorithm.update_critic(batch, weights)
         self.updates += 1
         self.replay.update_priorities(indices, td_abs)
@@ -222,7 +232,10 @@ class VLearner(_Learner):
 
     def _report(self, info: dict) -> None:
         stats = self.shared.stats
-        stats.critic_loss, stats.q_mean = host_values(info["critic/loss"], info["critic/q"])
+        scale = torch.ones((), device=self.device) if self.return_scale is None else self.return_scale.scale()
+        stats.critic_loss, stats.q_mean, stats.return_scale = host_values(
+            info["critic/loss"], info["critic/q"] * scale, scale
+        )
         check_values(
             self.name,
             {"critic loss": stats.critic_loss, "mean Q": stats.q_mean},

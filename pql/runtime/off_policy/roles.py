@@ -9,9 +9,9 @@ from pql.algos.off_policy import OffPolicyAlgorithm
 from pql.algos.rules import OffPolicyRules
 from pql.checkpoint import rng_state, set_rng_state
 from pql.config import ALGORITHMS, ROLE_NAMES, OffPolicyConfig
-from pql.nets import ObsNormalizer
+from pql.nets import ObsNormalizer, ReturnScale
 from pql.replay.nstep import staging_spec
-from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY, Role
+from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY, RETURN_SCALE, Role
 from pql.runtime.control import LearnerStats, PQLShared, RatioController, RatioCounters
 from pql.runtime.device import use_device
 from pql.runtime.distributed import role_group
@@ -31,7 +31,7 @@ def make_rules(algo: OffPolicyConfig, obs_dim: int, act_dim: int) -> OffPolicyRu
 
 def make_shared(settings: OffPolicySettings, rules: OffPolicyRules, obs_dim: int, act_dim: int, ctx=None) -> PQLShared:
     """What the three roles share, each part on its writer's device: the ring and the observation
-    statistics on the actor's, the critic on the V-learner's, the policy on the P-learner's
+    (and return) statistics on the actor's, the critic on the V-learner's, the policy on the P-learner's
     (ctx: a multiprocessing context, None for one process)."""
     actor, p_learner = settings.actor.device, settings.p_learner.device
     weights = {
@@ -41,6 +41,8 @@ def make_shared(settings: OffPolicySettings, rules: OffPolicyRules, obs_dim: int
     }
     if settings.delivered == DELIVERED:
         weights[DELIVERED] = SharedWeights(rules.make_policy(), p_learner)
+    if settings.actor.return_bound is not None:
+        weights[RETURN_SCALE] = SharedWeights(ReturnScale(settings.actor.return_bound), actor)
     staging = staging_spec(obs_dim, act_dim, settings.actor.keeps_first_step)
     return make_shared_state(
         RatioCounters(),

@@ -65,6 +65,7 @@ class OffPolicyRunner(Runner):
     def __init__(self, settings: OffPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
         self.settings, self.device, self.obs_dim, self.act_dim, self.resume = settings, device, obs_dim, act_dim, resume
         self.world = settings.process.replicas.world  # env_steps counts every replica's
+        self.scales_returns = settings.v_learner.return_bound is not None
         rules = make_rules(settings.algo, obs_dim, act_dim)
         self.ctx = mp.get_context("spawn") if settings.process_mode else None
         self.shared = make_shared(settings, rules, obs_dim, act_dim, self.ctx)
@@ -97,7 +98,7 @@ class OffPolicyRunner(Runner):
                 self.shared.weights[name].restore(snapshot)
         # The main process's copies of the newest delivered policy and statistics, for evaluation.
         self.delivered = settings.delivered
-        self.policy = rules.make_policy().to(device).requires_grad_(False)
+        self.policy = rules.make_policy().to(device).requires_grad_(False).eval()
         self.normalizer = ObsNormalizer(obs_dim).to(device)
         self.policy_reader = WeightsReader(self.shared.weights[self.delivered], self.policy)
         self.normalizer_reader = WeightsReader(self.shared.weights[NORMALIZER], self.normalizer)
@@ -157,6 +158,7 @@ class OffPolicyRunner(Runner):
             "loss/critic": stats["critic_loss"],
             "loss/policy": stats["policy_loss"],
             "critic/q": stats["q_mean"],
+            **({"critic/return_scale": stats["return_scale"]} if self.scales_returns else {}),
             "policy/version_lag": stats["policy_version_lag"],
             "train/return": stats["train_return"],
             "train/length": stats["train_length"],
