@@ -3,6 +3,7 @@
     python bench/learner.py [--task Ant] [--device auto] [--batch-size 8192] [--num-envs N]
                             [--seconds 10] [--together-seconds S] [--csv PATH] [--greedy-nstep]
                             [--mps auto|on|off] [--compile auto|true|false] [--threads N]
+                            [--set algo=sac algo.net.kind=batchnorm ...]
 
 Prints critic updates/s and policy updates/s at the given batch with the default networks, the
 actor's env steps/s, and the three roles running together (process mode, for --together-seconds:
@@ -14,7 +15,9 @@ efficiency: together env steps/s over what the slowest role alone allows
 quantity, value; mps: the together run's runtime.mps; threads: the roles alone's). --greedy-nstep
 measures with algo.greedy_nstep=true. The updates are the learners' own (pql.algos.off_policy): eager,
 or compiled whole where runtime.compile is on (a CUDA graph on CUDA, its default there; --compile
-sets it, auto: the device's default). --threads sets torch's threads for the roles alone (default: torch's own).
+sets it, auto: the device's default). --threads sets torch's threads for the roles alone (default:
+torch's own). --set gives further algo keys, for another algorithm, network kind or critic
+(`--set algo=sac algo.net.kind=batchnorm`).
 --mps is the together run's runtime.mps (default auto: on CUDA the run starts an MPS daemon of its
 own, as a training run does; off: the role processes take turns on the GPU); the bench prints the
 run's line about MPS.
@@ -32,6 +35,7 @@ import tempfile
 import time
 
 import torch
+import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -238,6 +242,13 @@ def main() -> None:
         help="runtime.compile for every measurement (default auto: the device's default)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the roles alone")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="further algo keys (algo.net.kind=batchnorm algo.value=categorical ...; algo=sac picks SAC)",
+    )
     args = parser.parse_args()
     if args.threads is not None:
         if args.threads < 1:
@@ -254,6 +265,15 @@ def main() -> None:
         "runtime": {"device": args.device, "compile": None if args.compile == "auto" else args.compile == "true"},
         "run_dir": tempfile.gettempdir(),
     }
+    for pair in args.set:
+        key, sep, value = pair.partition("=")
+        if not sep or not (key == "algo" or key.startswith("algo.")):
+            parser.error(f"--set {pair!r} is not allowed; give algo=NAME or algo.KEY=VALUE")
+        *path, leaf = ["name"] if key == "algo" else key.split(".")[1:]
+        section = raw["algo"]
+        for part in path:
+            section = section.setdefault(part, {})
+        section[leaf] = yaml.safe_load(value)
     resolved = resolve(load_config(raw))
     announce(resolved)
     cfg = resolved.config
@@ -308,6 +328,7 @@ def main() -> None:
             f"algo.greedy_nstep={str(args.greedy_nstep).lower()}",
             f"runtime.mps={args.mps}",
             f"runtime.compile={str(cfg.runtime.compile).lower()}",
+            *args.set,
         ]
         run = together(overrides, n, seconds)
         for quantity, key in (

@@ -1,0 +1,67 @@
+"""bench/suite.py without training: candidates and suites on its command line, a finished run's
+row read from its metrics.csv, the side-by-side summary, and its refusals."""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench import suite  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "bench", "suite.py")
+
+
+def test_a_candidate_is_a_known_name_or_made_on_the_command_line():
+    assert suite.parse_candidate("defaults") == ("defaults", ())
+    assert suite.parse_candidate("probe=algo=sac,algo.value=categorical") == (
+        "probe",
+        ("algo=sac", "algo.value=categorical"),
+    )
+    for bad in ("nonesuch", "defaults=algo=sac", "a/b=algo=sac", "=algo=sac"):
+        with pytest.raises(ValueError, match="unknown candidate"):
+            suite.parse_candidate(bad)
+
+
+def test_suites_expand_in_place_without_duplicates():
+    assert suite.expand_tasks(["hard", "dmc/dog-run", "Ant"]) == ["dmc/humanoid-run", "dmc/dog-run", "Ant"]
+    assert len(suite.expand_tasks(["learner"])) == 7
+
+
+def test_a_run_s_row_reads_its_evaluations(tmp_path):
+    rows = [
+        "env_steps,wall_time_s,eval/return,loss/critic",
+        "1000,10,,0.5",
+        "2000,20,5,0.4",
+        *(f"{3000 + 1000 * i},{30 + 10 * i},{10 * (i + 1)},0.3" for i in range(6)),  # 10 .. 60
+        "9000,90,,0.2",
+    ]
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    final, last5, best, evaluations, env_steps = suite.summarize(str(tmp_path))
+    assert (final, best, evaluations, env_steps) == (60.0, 60.0, 7, 9000)
+    assert last5 == pytest.approx((20 + 30 + 40 + 50 + 60) / 5)
+
+
+def test_the_summary_puts_candidates_side_by_side_with_seeds_averaged():
+    def result(candidate, task, seed, last5, note=""):
+        return suite.Result(candidate, task, seed, last5, last5, last5, 5, 1000, 10.0, "python train.py", note)
+
+    results = [
+        result("defaults", "Ant", 0, 100.0),
+        result("defaults", "Ant", 1, 200.0),
+        result("probe", "Ant", 0, math.nan, "train.py exited 1: boom"),
+    ]
+    table = suite.summary({"commit": "abc"}, ["defaults", "probe"], ["Ant", "dmc/dog-run"], results)
+    assert "| defaults | 150 (2 seeds) |  |" in table
+    assert "| probe | failed |  |" in table
+
+
+def test_a_bad_argument_is_refused_in_one_line():
+    out = subprocess.run([sys.executable, SCRIPT, "--candidates", "nonesuch"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and "unknown candidate 'nonesuch'" in out.stderr
+    out = subprocess.run([sys.executable, SCRIPT, "--list"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and "candidate sac-batchnorm" in out.stdout and "suite learner" in out.stdout
