@@ -73,10 +73,12 @@ class LearnerStats(RunStats):
     """The latest losses the learners report: critic_loss, q_mean (mean Q of the last reported
     batch, in the env's return units), policy_version_lag (versions the V-learner's policy copy is
     behind) and return_scale (what its rewards were divided by; 1 without algo.return_scaling) from
-    the V-learner; policy_loss from the P-learner."""
+    the V-learner; policy_loss, and SAC's temperature alpha and policy entropy, from the P-learner."""
 
     critic_loss: float
     policy_loss: float
+    alpha: float
+    entropy: float
     q_mean: float
     policy_version_lag: float
     return_scale: float

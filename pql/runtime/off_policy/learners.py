@@ -286,5 +286,11 @@ class PLearner(_Learner):
         self.algorithm.resume_policy_count(self.updates)
 
     def _report(self, info: dict) -> None:
-        (self.shared.stats.policy_loss,) = host_values(info["policy/loss"])
-        check_values(self.name, {"policy loss": self.shared.stats.policy_loss}, f"policy update {self.updates:,}")
+        stats = self.shared.stats
+        if "policy/alpha" in info:  # SAC's
+            stats.policy_loss, stats.alpha, stats.entropy = host_values(
+                info["policy/loss"], info["policy/alpha"], info["policy/entropy"]
+            )
+        else:
+            (stats.policy_loss,) = host_values(info["policy/loss"])
+        check_values(self.name, {"policy loss": stats.policy_loss}, f"policy update {self.updates:,}")

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from pql.checkpoint import CheckpointError
-from pql.config import ROLE_NAMES
+from pql.config import ROLE_NAMES, SACConfig
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, Role, Runner
 from pql.runtime.control import RatioCounters
@@ -66,6 +66,7 @@ class OffPolicyRunner(Runner):
         self.settings, self.device, self.obs_dim, self.act_dim, self.resume = settings, device, obs_dim, act_dim, resume
         self.world = settings.process.replicas.world  # env_steps counts every replica's
         self.scales_returns = settings.v_learner.return_bound is not None
+        self.samples_policy = isinstance(settings.algo, SACConfig)  # SAC: its temperature and entropy are logged
         rules = make_rules(settings.algo, obs_dim, act_dim)
         self.ctx = mp.get_context("spawn") if settings.process_mode else None
         self.shared = make_shared(settings, rules, obs_dim, act_dim, self.ctx)
@@ -157,6 +158,7 @@ class OffPolicyRunner(Runner):
             "ratio/beta_pv": v / p if p > 0 else 0.0,
             "loss/critic": stats["critic_loss"],
             "loss/policy": stats["policy_loss"],
+            **({"policy/alpha": stats["alpha"], "policy/entropy": stats["entropy"]} if self.samples_policy else {}),
             "critic/q": stats["q_mean"],
             **({"critic/return_scale": stats["return_scale"]} if self.scales_returns else {}),
             "policy/version_lag": stats["policy_version_lag"],
