@@ -62,9 +62,9 @@ SUITES = {
 }
 
 # The learners compared (docs/tuning.md says what each element is for and how it did). The
-# residual networks are sized for 2 CPU cores, one block of width 128 each, and compiled: eager,
-# a hyperspherical critic made 124 updates/s on humanoid-run at batch 128, compiled 212 (an MLP's
-# 310 eager; bench/learner.py --set).
+# residual networks are sized for 2 CPU cores, one block of width 128 each, and compiled: a
+# hyperspherical critic of that size made 131 updates/s on humanoid-run at batch 128 eager, 196
+# compiled, the MLP's 220 eager (docs/benchmarks.md, "the learner's options").
 NORMALIZED = ("algo.value=categorical", "algo.return_scaling=true")
 # SAC's temperature starts where SimbaV2's and FlashSAC's does: with the return scaled to about
 # ±5, SAC's default 0.1 let the entropy bonus swamp the reward (humanoid-run stayed at 1.2).
