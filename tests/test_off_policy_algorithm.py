@@ -19,7 +19,7 @@ OBS_DIM, ACT_DIM, BATCH = 4, 1, 32
 CPU = torch.device("cpu")
 # Each algorithm, and the normalized learners: SimbaV2's form on PQL, FlashSAC's on SAC, each with
 # the categorical critic (the return's scale is the V-learner's input, not the update's), and one
-# residual block each (SMALL's two would double the graphs that the compiled tests build).
+# residual block each (SMALL's two would double the size of the graphs the compiled tests build).
 ONE_BLOCK = ["algo.net.actor_hidden=[32]", "algo.net.critic_hidden=[32]"]
 VARIANTS = {
     "pql": ["algo=pql"],

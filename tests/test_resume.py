@@ -191,7 +191,7 @@ def _stop_at_update(monkeypatch, update: int) -> None:
         ("pql_d", []),
         ("pql", ["replay.kind=prioritized", "replay.priority_mode=rank"]),
         # The normalized learner: batch-norm statistics, the return's statistics, held noise (one
-        # residual block: its statistics are saved as two blocks' would be, at half the cost).
+        # residual block: its statistics are saved as two blocks' would be, and it trains faster).
         (
             "sac",
             [
