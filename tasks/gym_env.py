@@ -260,8 +260,8 @@ def _start_copies(make, num_envs: int, vectorization: str, name: str, expected: 
     failure = None
     try:
         # copy=False: _flatten copies the observations anyway. Async copies fork, Gymnasium's
-        # default on Linux, also in pql's role processes, which spawn made and whose own default
-        # is therefore spawn: a spawned copy imports pql's main module again (8 Pendulum copies
+        # default on Linux, also in pql's role processes, whose own default may be spawn (a
+        # spawned role's is): a spawned copy imports pql's main module again (8 Pendulum copies
         # took 9.6 s to start in a role process and 3.8 s to close; forked, 0.06 s).
         start = {"context": "fork"} if cls is AsyncVectorEnv else {}
         vector_env.__init__([make] * num_envs, copy=False, autoreset_mode=AutoresetMode.SAME_STEP, **start)

@@ -1,15 +1,19 @@
 """The supervisor's verdict when several things went wrong at once: a role of this replica that
-died or raised is the cause; a role that lost its collective with the other replicas is its echo."""
+died or raised is the cause; a role that lost its collective with the other replicas is its echo.
+How roles start: from a forkserver on the CPU, spawned with CUDA, in the environment of their
+start, their parent out of reach of the stop signals that a process group receives."""
 
 import multiprocessing as mp
+import os
 import signal
 import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from pql.runtime.distributed import ReplicaLost
-from pql.runtime.supervisor import ProcessRuntime, RoleFailure
+from pql.runtime.supervisor import ProcessRuntime, RoleFailure, role, role_context
 
 
 def _supervised(*reports: tuple[str, str, bool]) -> tuple[ProcessRuntime, dict]:
@@ -75,5 +79,49 @@ def test_a_dead_role_s_exit_code_is_named():
         procs["p_learner"].join()
         with pytest.raises(RoleFailure, match=f"role p_learner died \\(killed by {signal.SIGTERM.name}\\)"):
             runtime.check()
+    finally:
+        _end(procs)
+
+
+def test_roles_on_the_cpu_start_from_a_forkserver_and_roles_with_cuda_are_spawned():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)  # a device object: no CUDA needed
+    assert role_context([cpu, cpu, cpu], time.sleep).get_start_method() == "forkserver"
+    assert role_context([cpu, cuda, cpu], time.sleep).get_start_method() == "spawn"
+
+
+def _write_environment(path: str) -> None:
+    with open(path, "w") as f:
+        f.write(os.environ.get("PQL_TEST_SETTING", "unset"))
+    time.sleep(60)
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_role_takes_the_environment_of_its_start_and_its_parent_outlives_a_group_sigterm(tmp_path, monkeypatch):
+    """Two roles, the environment changed between their starts (after the forkserver started): each
+    sees the environment of its own start. SIGTERM to their parent, as `kill -TERM -<group>` or
+    SLURM sends it to every process, leaves it and the roles running: the main process stops them."""
+    ctx = role_context([torch.device("cpu")], _write_environment)
+    runtime = ProcessRuntime(SimpleNamespace(errors=ctx.Queue()), {})
+    procs = {}
+    try:
+        for value in ("first", "second"):
+            monkeypatch.setenv("PQL_TEST_SETTING", value)
+            runtime.procs = {value: role(ctx, value, _write_environment, (str(tmp_path / value),))}
+            runtime.start()
+            procs.update(runtime.procs)
+        deadline = time.monotonic() + 30
+        while not all((tmp_path / value).exists() for value in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert {value: (tmp_path / value).read_text() for value in procs} == {"first": "first", "second": "second"}
+        parent = _parent(procs["first"].pid)
+        assert parent != os.getpid() and parent == _parent(procs["second"].pid)  # the forkserver
+        os.kill(parent, signal.SIGTERM)
+        time.sleep(0.5)
+        assert all(p.is_alive() for p in procs.values())
+        os.kill(parent, 0)  # still there
     finally:
         _end(procs)

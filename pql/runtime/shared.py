@@ -1,5 +1,5 @@
 """What the processes of a run share, made by the main process before any role starts (so that
-spawn can hand it to them: shared memory on CPU, CUDA IPC on GPU): named counters and
+it can be handed to them, pickled: shared memory on CPU, CUDA IPC on GPU): named counters and
 statistics, a ring of staged data, versioned weights, and the supervisor's queues."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The process supervisor: role processes started with spawn, watched by the main process.
+"""The process supervisor: role processes started (`role_context`, `role`) and watched by the
+main process.
 
 If a role raises or dies, every role is stopped, the cause is reported and the run exits
 non-zero within seconds; children also die with the main process (PR_SET_PDEATHSIG), so none
@@ -15,10 +16,15 @@ import io
 import os
 import queue
 import signal
+import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
+from multiprocessing import forkserver
+from multiprocessing.context import BaseContext
 
 import torch
+import torch.multiprocessing as mp
 
 from pql.checkpoint import STOP_SIGNALS
 from pql.logging.console_log import console_log
@@ -28,6 +34,50 @@ from pql.runtime.shared import SharedState
 
 POLL_S = 0.1
 STOP_GRACE_S = 3.0
+
+
+def role_context(devices: Iterable[torch.device], target: Callable) -> BaseContext:
+    """How this run starts its role processes, whose work is on `devices` and whose entry point is
+    `target`. A role that uses CUDA is spawned: a fresh interpreter, since a forked process cannot
+    use CUDA set up before the fork (and importing the tasks sets up Warp's). On the CPU a
+    forkserver: one process imports the main module and target's module once, and forks each role
+    from there; spawn would import torch, pql and the tasks in every role, 2-3 s of CPU each, and
+    on 2 cores a process-mode start took 7.2-7.5 s where the forkserver's took 3.2-3.7 s once
+    started (docs/notes/2026-12-05-forked-roles-on-the-cpu.md). The server forks before any role
+    has run torch's OpenMP threads, which a fork of the main process could not promise."""
+    # Isaac Gym must be imported before torch in each process that uses it (train.py does so), and
+    # the forkserver imports torch through pql: spawned too.
+    if any(device.type != "cpu" for device in devices) or "isaacgym" in sys.modules:
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["__main__", target.__module__])  # only before its server starts
+    # Started now, so that it imports while this process builds the run; with the stop signals
+    # blocked, which it keeps for good and passes to the roles it forks (ProcessRuntime.start):
+    # a SIGTERM to the whole process group cannot kill the roles' parent, and with it the roles.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return ctx
+
+
+def role(ctx: BaseContext, name: str, target: Callable, args: tuple):
+    """Role process `name` (not yet started) running target(*args) in this process's environment
+    as it is at this call: a forkserver started earlier (by an earlier run in this process) holds
+    the environment it started with."""
+    return ctx.Process(  # type: ignore[attr-defined]
+        target=_in_environment,
+        name=f"pql-{name}",
+        daemon=False,  # its envs may start processes (Gymnasium's async copies): see ProcessRuntime
+        args=(dict(os.environ), target, *args),
+    )
+
+
+def _in_environment(environ: dict[str, str], target: Callable, *args) -> None:
+    os.environ.clear()
+    os.environ.update(environ)
+    target(*args)
 
 
 class RoleFailure(RuntimeError):
@@ -105,8 +155,8 @@ class ProcessRuntime:
     def start(self) -> None:
         # A role ignores stop signals only once its imports are done (role_process); one sent to
         # the whole group before that would kill it. Blocked here, they stay blocked in the
-        # roles (spawn's fork and exec keep the mask) until ignored, and reach this process
-        # once all are started.
+        # roles until ignored (spawn's fork and exec keep the mask; a forkserver's roles have
+        # it from their server: role_context), and reach this process once all are started.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             for p in self.procs.values():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import torch.multiprocessing as mp
 from torch import nn
 
 from pql.checkpoint import CheckpointError
@@ -21,7 +20,7 @@ from pql.runtime.off_policy.learners import replay_layouts
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_main
 from pql.runtime.off_policy.sequential import interleave
 from pql.runtime.settings import OffPolicySettings
-from pql.runtime.supervisor import POLL_S, ProcessRuntime
+from pql.runtime.supervisor import POLL_S, ProcessRuntime, role, role_context
 from pql.runtime.weight_sync import WeightsReader
 
 LEARNERS = ("v_learner", "p_learner")
@@ -68,7 +67,8 @@ class OffPolicyRunner(Runner):
         self.scales_returns = settings.v_learner.return_bound is not None
         self.samples_policy = isinstance(settings.algo, SACConfig)  # SAC: its temperature and entropy are logged
         rules = make_rules(settings.algo, obs_dim, act_dim)
-        self.ctx = mp.get_context("spawn") if settings.process_mode else None
+        devices = [settings.role(name).device for name in ROLE_NAMES]
+        self.ctx = role_context(devices, role_main) if settings.process_mode else None
         self.shared = make_shared(settings, rules, obs_dim, act_dim, self.ctx)
         self.counters = self.shared.counters
         if resume is not None:
@@ -117,11 +117,11 @@ class OffPolicyRunner(Runner):
         self.processes = ProcessRuntime(
             self.shared,
             {
-                name: self.ctx.Process(
-                    target=role_main,
-                    name=f"pql-{name}",
-                    daemon=False,  # its envs may start processes (Gymnasium's async copies): see ProcessRuntime
-                    args=(name, self.settings, self.shared, self.obs_dim, self.act_dim, self.resume),
+                name: role(
+                    self.ctx,
+                    name,
+                    role_main,
+                    (name, self.settings, self.shared, self.obs_dim, self.act_dim, self.resume),
                 )
                 for name in ROLE_NAMES
             },

@@ -27,7 +27,7 @@ from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
 from pql.runtime.settings import OnPolicySettings, Waits
 from pql.runtime.shared import RunCounters, RunStats, SharedState, make_shared_state
-from pql.runtime.supervisor import ProcessRuntime, exit_without_teardown, role_process
+from pql.runtime.supervisor import ProcessRuntime, exit_without_teardown, role, role_context, role_process
 from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
@@ -155,11 +155,7 @@ class ImpalaRunner(OnPolicyRunner):
     def __init__(self, settings: OnPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
         super().__init__(settings, device, obs_dim, act_dim, resume)
         algo = impala_section(settings)
-        self.ctx = None
-        if settings.process_mode:
-            import torch.multiprocessing as mp
-
-            self.ctx = mp.get_context("spawn")
+        self.ctx = role_context([device], actor_main) if settings.process_mode else None
         self.shared = make_shared_state(
             QueueCounters(),
             RunStats(),
@@ -189,14 +185,7 @@ class ImpalaRunner(OnPolicyRunner):
             return
         self.processes = processes = ProcessRuntime(
             self.shared,
-            {
-                "actor": self.ctx.Process(
-                    target=actor_main,
-                    name="pql-actor",
-                    daemon=False,  # its envs may start processes (Gymnasium's async copies): see ProcessRuntime
-                    args=(self.settings, self.shared),
-                )
-            },
+            {"actor": role(self.ctx, "actor", actor_main, (self.settings, self.shared))},
         )
         processes.start()
         waiter = make_waiter(self.settings.process.waits, self.shared, self.queue, "learner")
