@@ -153,8 +153,11 @@ def test_the_stall_limit_waits_for_startup(tmp_path):
 def test_a_compiled_run_trains_and_resumes(make_config, tmp_path):
     """The learners' compiled updates, while the replay fills (its write position moves between
     every two updates): one graph each, made once, with no break; then a resume trains on."""
+    # One hidden layer each: the graphs inductor compiles have fewer kernels (each a C++ build).
+    compiled = SMALL + ["algo.net.actor_hidden=[32]", "algo.net.critic_hidden=[32]"]
     first = make_config(
-        SMALL + ["runtime.mode=sequential", "runtime.device=cpu", "runtime.compile=true", "runtime.max_env_steps=600"],
+        compiled
+        + ["runtime.mode=sequential", "runtime.device=cpu", "runtime.compile=true", "runtime.max_env_steps=600"],
         run_dir=tmp_path / "first",
     )
     counters = torch._dynamo.utils.counters
@@ -164,7 +167,7 @@ def test_a_compiled_run_trains_and_resumes(make_config, tmp_path):
     assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # the critic's and the policy's
     assert not counters["graph_break"], dict(counters["graph_break"])
     second = make_config(
-        SMALL
+        compiled
         + [
             "runtime.mode=sequential",
             "runtime.device=cpu",

@@ -51,15 +51,24 @@ def role_context(devices: Iterable[torch.device], target: Callable) -> BaseConte
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["__main__", target.__module__])  # only before its server starts
-    # Started now, so that it imports while this process builds the run; with the stop signals
-    # blocked, which it keeps for good and passes to the roles it forks (ProcessRuntime.start):
-    # a SIGTERM to the whole process group cannot kill the roles' parent, and with it the roles.
+    _start_forkserver()  # now, so that it imports while this process builds the run
+    return ctx
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver with the stop signals ignored, which it keeps across its exec (a
+    blocked mask it would not) and its roles inherit: a SIGTERM to the whole process group (SLURM,
+    `kill -TERM -<pgid>`) cannot kill the roles' parent, and with it (PR_SET_PDEATHSIG) the roles,
+    before they hand in their state. Blocked meanwhile, a stop signal that comes in the while waits
+    for this process's own handler."""
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    handlers = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
     try:
         forkserver.ensure_running()
     finally:
+        for s, handler in handlers.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return ctx
 
 
 def role(ctx: BaseContext, name: str, target: Callable, args: tuple):
@@ -155,8 +164,8 @@ class ProcessRuntime:
     def start(self) -> None:
         # A role ignores stop signals only once its imports are done (role_process); one sent to
         # the whole group before that would kill it. Blocked here, they stay blocked in the
-        # roles until ignored (spawn's fork and exec keep the mask; a forkserver's roles have
-        # it from their server: role_context), and reach this process once all are started.
+        # roles until ignored (spawn's fork and exec keep the mask; a forkserver's roles start
+        # with them ignored: _start_forkserver), and reach this process once all are started.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             for p in self.procs.values():
