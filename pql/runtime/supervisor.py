@@ -41,10 +41,11 @@ def role_context(devices: Iterable[torch.device], target: Callable) -> BaseConte
     `target`. A role that uses CUDA is spawned: a fresh interpreter, since a forked process cannot
     use CUDA set up before the fork (and importing the tasks sets up Warp's). On the CPU a
     forkserver: one process imports the main module and target's module once, and forks each role
-    from there; spawn would import torch, pql and the tasks in every role, 2-3 s of CPU each, and
-    on 2 cores a process-mode start took 7.2-7.5 s where the forkserver's took 3.2-3.7 s once
-    started (docs/notes/2026-12-05-forked-roles-on-the-cpu.md). The server forks before any role
-    has run torch's OpenMP threads, which a fork of the main process could not promise."""
+    from there; spawn would import torch, pql and the tasks in every role, 2-3 s of CPU each (on 2
+    cores a 300-env-step run in process mode took 7.2-7.5 s spawned, 3.2-3.8 s forked from a
+    started forkserver: docs/notes/2026-12-05-forked-roles-on-the-cpu.md). The server runs no
+    torch work, so its forks are safe, where a fork of the main process, whose torch has run
+    OpenMP threads, may hang."""
     # Isaac Gym must be imported before torch in each process that uses it (train.py does so), and
     # the forkserver imports torch through pql: spawned too.
     if any(device.type != "cpu" for device in devices) or "isaacgym" in sys.modules:
