@@ -17,10 +17,10 @@ if __name__ == "__main__" and any(arg in ("--help", "-h") for arg in sys.argv[1:
     print(usage(CONFIG_DIR))
     sys.exit(0)
 
-# Isaac Gym refuses to load once torch is imported, and the imports below bring torch in. The
-# process that role processes start from (a spawned role itself, or the forkserver of a CPU run:
-# pql/runtime/supervisor.py) runs this module's top level again (as __mp_main__, with the parent's
-# sys.argv) before anything of a role is unpickled, so this line puts isaacgym first there too.
+# Isaac Gym refuses to load once torch is imported, and the imports below bring torch in. A run
+# that imports it spawns its roles (pql/runtime/supervisor.py), and a spawned role runs this
+# module's top level again (as __mp_main__, with the parent's sys.argv) before it unpickles its
+# arguments, so this line puts isaacgym first there too.
 import_isaacgym_first(sys.argv[1:])
 
 import hydra  # noqa: E402

@@ -38,6 +38,7 @@ steps; the full check adds a rollout of random actions and the last four):
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from pql.cli import import_isaacgym_first
@@ -418,7 +419,7 @@ def _twin(
     except Exception as e:
         checks.skipped["determinism"] = f"a second env could not be made: {_one_line(e)}"
         return None
-    try:
+    with contextlib.suppress(_Broken):  # the second env broke the contract: its finding is recorded, it is closed below
         for t, (expected, actions) in enumerate(history):
             if actions is None:
                 got = {"obs": contract.call("determinism", "the second env's reset()", twin.reset)}
@@ -429,8 +430,6 @@ def _twin(
                 break
         else:
             return twin
-    except _Broken:  # the second env broke the contract: its finding is recorded, and it is closed below
-        pass
     twin.close()
     return None
 
@@ -575,7 +574,8 @@ def run_checks(
     """
     checks = _Checks()
     speed, size = None, ""
-    try:
+    # A call the checks cannot go past (_Broken): its finding is recorded, the report says which stopped.
+    with contextlib.suppress(_Broken):
         _attributes(env, checks)
         low, high = _action_box(env, checks)
         generator = torch.Generator(device=env.device).manual_seed(0)
@@ -595,8 +595,6 @@ def run_checks(
                     twin.close()
             speed, size = env.num_envs * n / max(seconds, 1e-9), f"{env.num_envs} envs x {n} steps"
             _state_round_trip(contract, draw, QUICK_STEPS + n)
-    except _Broken:  # a call the checks cannot go past: its finding is recorded, the report says which stopped
-        pass
     return checks.report(QUICK_CHECKS if quick else CHECKS, speed, size)
 
 
