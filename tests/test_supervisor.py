@@ -84,6 +84,24 @@ def test_a_dead_role_s_exit_code_is_named():
         _end(procs)
 
 
+def test_a_spawned_role_ignores_the_stop_signals_from_its_start():
+    """Before role_process sets its handling up (here never: the target only sleeps), a stop
+    signal sent to the whole process group must not kill it."""
+    ctx = mp.get_context("spawn")
+    runtime = ProcessRuntime(SimpleNamespace(errors=ctx.Queue()), {"actor": ctx.Process(target=time.sleep, args=(60,))})
+    runtime.start()
+    try:
+        procs = runtime.procs
+        with open(f"/proc/{procs['actor'].pid}/status") as f:
+            ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
+        assert all(ignored >> (s - 1) & 1 for s in (signal.SIGINT, signal.SIGTERM)), hex(ignored)
+        procs["actor"].terminate()  # SIGTERM
+        procs["actor"].join(1.0)
+        assert procs["actor"].is_alive()
+    finally:
+        _end(runtime.procs)
+
+
 def test_roles_on_the_cpu_start_from_a_forkserver_and_roles_with_cuda_are_spawned():
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)  # a device object: no CUDA needed
     assert role_context([cpu, cpu, cpu], time.sleep).get_start_method() == "forkserver"

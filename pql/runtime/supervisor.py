@@ -52,20 +52,23 @@ def role_context(devices: Iterable[torch.device], target: Callable) -> BaseConte
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["__main__", target.__module__])  # only before its server starts
-    _start_forkserver()  # now, so that it imports while this process builds the run
+    with _stop_signals_ignored():  # the server's, for good: a group's SIGTERM cannot kill the roles' parent
+        forkserver.ensure_running()  # now, so that it imports while this process builds the run
     return ctx
 
 
-def _start_forkserver() -> None:
-    """Start the forkserver with the stop signals ignored, which it keeps across its exec (a
-    blocked mask it would not) and its roles inherit: a SIGTERM to the whole process group (SLURM,
-    `kill -TERM -<pgid>`) cannot kill the roles' parent, and with it (PR_SET_PDEATHSIG) the roles,
-    before they hand in their state. Blocked meanwhile, a stop signal that comes in the while waits
-    for this process's own handler."""
+@contextlib.contextmanager
+def _stop_signals_ignored():
+    """The stop signals ignored in the processes started inside: an ignored signal stays ignored
+    across fork and exec, where a blocked mask does not reach a process that multiprocessing
+    spawns (measured: `SigBlk: 0` in /proc/<pid>/status). So a stop signal sent to the whole process
+    group (a terminal's Ctrl-C, SLURM's SIGTERM) cannot kill a role before it has set up
+    (role_process), nor a forkserver and with it (PR_SET_PDEATHSIG) its roles. Blocked here
+    meanwhile, one that comes in waits for this process's own handler."""
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     handlers = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
     try:
-        forkserver.ensure_running()
+        yield
     finally:
         for s, handler in handlers.items():
             signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
@@ -113,9 +116,8 @@ def role_process(name: str, shared: SharedState, threads: int, log_path: str | N
     to the shared tensors once it is done (call a function that holds them): on a normal exit this
     frame releases them (SharedState.release) while CUDA still runs."""
     _prepare_role_process(name)
-    for s in STOP_SIGNALS:  # sent to the whole process group by a terminal, SLURM
+    for s in STOP_SIGNALS:  # sent to the whole process group by a terminal, SLURM (ignored since its start)
         signal.signal(s, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # held back since the start (ProcessRuntime.start)
     torch.set_num_threads(threads)
     try:
         with console_log(log_path):
@@ -163,16 +165,11 @@ class ProcessRuntime:
         self.shared, self.procs = shared, procs
 
     def start(self) -> None:
-        # A role ignores stop signals only once its imports are done (role_process); one sent to
-        # the whole group before that would kill it. Blocked here, they stay blocked in the
-        # roles until ignored (spawn's fork and exec keep the mask; a forkserver's roles start
-        # with them ignored: _start_forkserver), and reach this process once all are started.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
+        # A role sets its own handling up only once its imports are done (role_process); a stop
+        # signal sent to the whole group before that would kill it.
+        with _stop_signals_ignored():
             for p in self.procs.values():
                 p.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         print("pql: roles started: " + " ".join(f"{n}={p.pid}" for n, p in self.procs.items()), flush=True)
 
     def check(self) -> None:
