@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import settings_of
-from test_runtime import SMALL
+from test_runtime import ONE_BLOCK, SMALL
 
 from pql import bulk
 from pql.checkpoint import load_checkpoint, save_checkpoint
@@ -153,8 +153,7 @@ def test_the_stall_limit_waits_for_startup(tmp_path):
 def test_a_compiled_run_trains_and_resumes(make_config, tmp_path):
     """The learners' compiled updates, while the replay fills (its write position moves between
     every two updates): one graph each, made once, with no break; then a resume trains on."""
-    # One hidden layer each: the graphs inductor compiles have fewer kernels (each a C++ build).
-    compiled = SMALL + ["algo.net.actor_hidden=[32]", "algo.net.critic_hidden=[32]"]
+    compiled = SMALL + ONE_BLOCK  # the graphs inductor compiles have fewer kernels (each a C++ build)
     first = make_config(
         compiled
         + ["runtime.mode=sequential", "runtime.device=cpu", "runtime.compile=true", "runtime.max_env_steps=600"],

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch._inductor.config
 from host_syncs import HostSyncs
-from test_runtime import SMALL
+from test_runtime import ONE_BLOCK, SMALL
 
 from pql.algos.off_policy import CompiledAdam, OffPolicyAlgorithm, UpdateSettings, compile_unavailable
 from pql.config import resolve
@@ -21,7 +21,6 @@ CPU = torch.device("cpu")
 # Each algorithm, and the normalized learners: SimbaV2's form on PQL, FlashSAC's on SAC, each with
 # the categorical critic (the return's scale is the V-learner's input, not the update's), and one
 # residual block each (SMALL's two would double the size of the graphs the compiled tests build).
-ONE_BLOCK = ["algo.net.actor_hidden=[32]", "algo.net.critic_hidden=[32]"]
 VARIANTS = {
     "pql": ["algo=pql"],
     "pql_d": ["algo=pql_d"],

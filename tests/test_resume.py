@@ -8,6 +8,7 @@ import signal
 
 import pytest
 import torch
+from test_runtime import ONE_BLOCK
 
 from pql import bulk
 from pql.checkpoint import load_checkpoint
@@ -196,8 +197,7 @@ def _stop_at_update(monkeypatch, update: int) -> None:
             "sac",
             [
                 "algo.net.kind=batchnorm",
-                "algo.net.actor_hidden=[32]",
-                "algo.net.critic_hidden=[32]",
+                *ONE_BLOCK,
                 "algo.value=categorical",
                 "algo.return_scaling=true",
                 "algo.noise_hold=16",
