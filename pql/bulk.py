@@ -13,6 +13,7 @@ loaded.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 import zlib
@@ -79,19 +80,24 @@ def fits_disk(directory: str, size: int) -> bool:
     return shutil.disk_usage(directory).free >= 2 * size
 
 
-def check_bulk(path: str, description: dict) -> None:
-    """Raise BulkError unless the file at `path` is whole: its size and CRC-32 as described."""
+def check_bulk(path: str, description: dict, what: str = "the checkpoint's replay") -> None:
+    """Raise BulkError unless the file at `path` (`what` it holds, for the message) is whole:
+    its size and CRC-32 as described."""
     if not os.path.isfile(path):
-        raise BulkError(f"{path} is missing (the checkpoint's replay: keep it beside the checkpoint)")
+        raise BulkError(f"{path} is missing ({what}: keep it beside the checkpoint)")
     size = os.path.getsize(path)
     if size != description["bytes"]:
         raise BulkError(f"{path} holds {size:,} bytes where its checkpoint wrote {description['bytes']:,}: truncated")
+    if file_crc32(path) != description["crc32"]:
+        raise BulkError(f"{path} is damaged (its CRC-32 is not the one its checkpoint recorded)")
+
+
+def file_crc32(path: str) -> int:
     crc = 0
     with open(path, "rb") as f:
         while block := f.read(CHUNK_BYTES):
             crc = zlib.crc32(block, crc)
-    if crc != description["crc32"]:
-        raise BulkError(f"{path} is damaged (its CRC-32 is not the one its checkpoint recorded)")
+    return crc
 
 
 def read_bulk(path: str, description: dict, into: dict[str, torch.Tensor]) -> None:
@@ -114,11 +120,23 @@ def read_bulk(path: str, description: dict, into: dict[str, torch.Tensor]) -> No
                 flat[start : start + want].copy_(torch.frombuffer(bytearray(block), dtype=torch.uint8))
 
 
-def remove_unreferenced(directory: str, keep: set[str]) -> None:
-    """Delete the bulk files in `directory` that are not in `keep` (those of older checkpoints, or
-    of one whose write failed)."""
+def stem_of(stem: str, rank: int) -> str:
+    """The stem of rank `rank`'s bulk files: replicas share the run directory, and each removes
+    only its own files (`remove_unreferenced`)."""
+    return stem if rank == 0 else f"{stem}.rank{rank}"
+
+
+def owned_by(name: str, rank: int) -> bool:
+    """Whether the bulk file `name` was written by rank `rank`."""
+    marks = re.findall(r"\.rank(\d+)-", name)
+    return (int(marks[-1]) if marks else 0) == rank
+
+
+def remove_unreferenced(directory: str, keep: set[str], rank: int = 0) -> None:
+    """Delete the bulk files of rank `rank` in `directory` that are not in `keep` (those of older
+    checkpoints, or of one whose write failed)."""
     for name in os.listdir(directory):
-        if name.endswith(".bulk") and name not in keep:
+        if name.endswith(".bulk") and name not in keep and owned_by(name, rank):
             os.remove(os.path.join(directory, name))
 
 

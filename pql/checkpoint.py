@@ -160,6 +160,15 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     return data["state"]
 
 
+def seed_all(seed: int) -> None:
+    """Seed this process's streams that `rng_state` saves: Python's `random`, NumPy's global RNG
+    (a user's env may draw from either) and torch's. Left unseeded, the first two start from the
+    OS's entropy in every process, and a resumed launch would not continue a run's streams."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 def rng_state() -> dict:
     """The RNG state of this process: Python `random`, NumPy's global RNG, torch CPU and CUDA.
 

@@ -94,6 +94,9 @@ def started_roles(line: str) -> dict | None:
 # A job under torchrun is told apart from other runs by this variable in its processes'
 # environment (its value: the run directory), which torchrun and spawn hand down to them all.
 JOB_MARKER = "PQL_TEST_RUN"
+# Under torchrun, from a SIGKILL of one replica's role to the end of every replica's processes:
+# the replicas notice the dead peer (docs/distributed.md, "Failures").
+DEAD_PEER_S = 2.0
 
 
 def role_pids(role: str, rank: int, run_dir) -> list[int]:

@@ -19,7 +19,7 @@ import threading
 import time
 
 import pytest
-from conftest import JOB_MARKER, ROOT, alive, job_pids, role_pids, running, started_roles
+from conftest import DEAD_PEER_S, JOB_MARKER, ROOT, alive, job_pids, role_pids, running, started_roles
 
 from bench.learning import OFF_POLICY
 from pql.checkpoint import load_checkpoint
@@ -143,6 +143,9 @@ PLAN = ["SIGKILL", "SIGTERM"]
 # β_a:v = 1:4: the actors step four times as often as at the default, so that they reach their
 # agreement on finishing (every 16 steps) within seconds on 2 cores, where 8 processes share them.
 REPLICAS_RUN = ["algo.beta_av=4", "runtime.checkpoint_every=500", "checkpoint=auto"]
+# From a SIGKILL of one role to the next launch's resume line: every process of the launch ends
+# (DEAD_PEER_S), then torchrun starts two workers, which import torch and pql on 2 cores.
+RESTART_S = 10.0
 LAUNCH = re.compile(r"pql: checkpoint=auto: (?:resuming from \S+ at ([\d,]+) env steps|no checkpoint in)")
 
 
@@ -246,12 +249,17 @@ def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
     path = run_dir / "checkpoint.pt"
     overrides = [*RUN, *REPLICAS_RUN]
     job, last, rows, dead, hows = None, None, [], [], []
+    killed: float | None = None
     try:
         for cycle, action in enumerate([*plan, "solve"]):
             if job is None:
                 final = action == "solve"
                 job = Job(run_dir, overrides + (LAST if final else []), max_restarts=0 if final else len(plan))
             launch = job.next_line(LAUNCH)  # a launch: the job's first, or a restart of its workers
+            if killed is not None:  # torchrun restarted the workers: their replicas are resuming
+                print(f"the next launch resumed {time.monotonic() - killed:.2f} s after the kill")
+                assert time.monotonic() - killed <= RESTART_S, f"cycle {cycle}: {launch.group(0)}"
+                killed = None
             resumed_at = int(launch.group(1).replace(",", "")) if launch.group(1) else 0
             # torchrun restarts the workers once all have exited: the launch before is gone whole.
             assert not [p for p in dead if alive(p)], f"cycle {cycle}: a process of the launch before survived"
@@ -274,6 +282,15 @@ def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
             if action == "SIGKILL":
                 how, pid = victim_of(run_dir, rng)
                 os.kill(pid, signal.SIGKILL)
+                killed = time.monotonic()
+                # The replicas notice the dead peer and every process of the launch ends; then
+                # torchrun starts the next launch, whose replicas resume the newest set.
+                while [p for p in dead if alive(p)]:
+                    assert time.monotonic() - killed < 30, f"cycle {cycle}: the launch outlived its dead peer"
+                    time.sleep(0.05)
+                gone_s = time.monotonic() - killed
+                print(f"{how}: every process of the launch ended {gone_s:.2f} s after the kill")
+                assert gone_s <= DEAD_PEER_S, f"cycle {cycle}: the launch ended {gone_s:.2f} s after {how}"
             else:
                 # As SLURM signals a job step: every process, so that the replicas get the
                 # signal twice, from SLURM and forwarded by torchrun (the roles ignore it).
@@ -281,8 +298,10 @@ def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
                 for pid in job_pids(run_dir):
                     os.kill(pid, signal.SIGTERM)
                 code, err = job.end(), "".join(job.err)
-                assert code != 0 and "pql: wrote" in "".join(job.out[launched:]), f"cycle {cycle}:\n{job.output()}"
+                # torchrun ends by raising its own SignalException: 1, whatever its workers' 143.
+                assert code == 1 and "pql: wrote" in "".join(job.out[launched:]), f"cycle {cycle}:\n{job.output()}"
                 assert "pql: rank 0: terminated (SIGTERM)" in err and "pql: rank 1: terminated (SIGTERM)" in err, err
+                assert len(list(run_dir.glob("checkpoint.rank1-*.pt"))) == 1, "rank 1's part of the set, once"
                 job = None
             hows.append(how)
         assert job is not None

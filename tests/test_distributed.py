@@ -11,14 +11,24 @@ import time
 
 import pytest
 import torch
-from conftest import JOB_MARKER, assert_stopped_at_an_agreed_step, job_pids, role_pids, worker_pids
+from conftest import (
+    DEAD_PEER_S,
+    JOB_MARKER,
+    alive,
+    assert_stopped_at_an_agreed_step,
+    job_pids,
+    role_pids,
+    worker_pids,
+)
 
-from pql.checkpoint import load_checkpoint, save_checkpoint
+from pql.bulk import descriptions, locate
+from pql.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from pql.config import ConfigError, resolve
 from pql.nets import ObsNormalizer
 from pql.runtime.distributed import CAUSE_WAIT_S
 from pql.runtime.run import load_resume
 from pql.runtime.settings import resume_settings
+from pql.runtime.shards import replica_state, write_shard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "replica_probe.py")
@@ -162,11 +172,16 @@ def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
         while len(victims := role_pids("v_learner", 1, tmp_path)) != 1 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(victims) == 1, f"exit code {proc.poll()}"
+        replicas = [p for p in job_pids(tmp_path) if p != proc.pid]
         os.kill(victims[0], signal.SIGKILL)
         killed = time.monotonic()
+        while [p for p in replicas if alive(p)] and time.monotonic() - killed < 30:
+            time.sleep(0.02)
+        ended = time.monotonic() - killed
         out, err = proc.communicate(timeout=60)
         elapsed = time.monotonic() - killed
-    print(f"the job stopped {elapsed:.1f} s after the kill, exit code {proc.returncode}")
+    print(f"the replicas ended {ended:.2f} s after the kill, torchrun {elapsed:.2f} s (exit code {proc.returncode})")
+    assert ended <= DEAD_PEER_S, f"the replicas ended {ended:.2f} s after the kill"
     # Under CAUSE_WAIT_S: a replica that waited for the other's cause, and the other for its, would take longer.
     assert elapsed < CAUSE_WAIT_S and proc.returncode != 0, err[-3000:]
     failed = [line for line in err.splitlines() if line.startswith("pql: run failed")]
@@ -208,37 +223,103 @@ def test_role_devices_and_explicit_gpus_are_refused_under_torchrun(make_config):
     assert str(resolve(make_config(["runtime.device=cpu"]), local_rank=1).devices.main) == "cpu"
 
 
-def test_a_checkpoint_resumes_on_as_many_replicas(make_config, tmp_path):
+def test_a_checkpoint_resumes_on_as_many_replicas_each_from_its_own_shard(make_config, tmp_path):
+    """A two-replica checkpoint is rank 0's file naming rank 1's shard: each rank resumes its own
+    state, and a set with a shard missing, damaged or not named is refused in one line."""
     path = tmp_path / "checkpoint.pt"
-    save_checkpoint(path, {"algo": "pql", "task": "InvertedPendulum", "replicas": 2})
+    header = {"algo": "pql", "task": "InvertedPendulum", "config": {"seed": 3}, "replicas": 2}
+    shard = write_shard(str(tmp_path), 1, {"counters": {"env_steps": 8}, "rng": torch.arange(3)})
+    save_checkpoint(path, {**header, "counters": {"env_steps": 8}, "rng": torch.arange(4), "shards": [shard]})
     cfg = make_config(["task=InvertedPendulum", f"checkpoint={path}"])
-    assert load_resume(resume_settings(cfg), 2)["replicas"] == 2
+    rank0, rank1 = (load_resume(resume_settings(cfg), 2, rank) for rank in (0, 1))
+    assert rank0["rng"].tolist() == [0, 1, 2, 3] and rank1["rng"].tolist() == [0, 1, 2]
+    assert {k: rank1[k] for k in header} == header and "shards" not in rank1
     with pytest.raises(ConfigError, match="written by 2; resume it with as many"):
         load_resume(resume_settings(cfg), 1)
 
+    shard_path = tmp_path / shard["file"]
+    data = shard_path.read_bytes()
+    shard_path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(CheckpointError, match=r"rank 1's shard .* is damaged|is damaged"):
+        load_resume(resume_settings(cfg), 2, 0)  # every rank refuses a set with any shard not whole
+    shard_path.unlink()
+    with pytest.raises(CheckpointError, match="is missing .rank 1's shard of the checkpoint"):
+        load_resume(resume_settings(cfg), 2, 0)
+    save_checkpoint(path, {**header, "counters": {"env_steps": 8}})  # no shards: rank 0's state alone
+    with pytest.raises(CheckpointError, match="holds rank 0's state alone"):
+        load_resume(resume_settings(cfg), 2, 1)
+
+
+def plain(state):
+    """A nested state with each tensor as None: what is not a tensor, to compare with ==."""
+    if isinstance(state, torch.Tensor):
+        return None
+    if isinstance(state, dict):
+        return {k: plain(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return [plain(v) for v in state]
+    return state
+
+
+def replica_states(run_dir) -> list[dict]:
+    """Each rank's state in the checkpoint set of run_dir, with its replays' bytes ("bulk")."""
+    path = str(run_dir / "checkpoint.pt")
+    header = load_checkpoint(path)
+    states = []
+    for rank in range(header["replicas"]):
+        state = dict(replica_state(header, path, rank))
+        state.pop("shards", None)
+        state.pop("config")  # its run_dir differs
+        locate(state, path)
+        for description in descriptions(state):
+            with open(description.pop("file"), "rb") as f:
+                description["bytes_read"] = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        states.append(state)
+    return states
+
 
 @pytest.mark.slow
-def test_a_resumed_pair_of_replicas_ends_at_the_ratios_final_counts(tmp_path):
-    """A resume hands every replica rank 0's state, and rank 0 alone its envs where they stood.
-    Both replicas must still stage as many batches by the agreed end: their V-learners pair
-    every update in a gradient all-reduce, so a replica ahead by a restored n-step window would
-    wait at the end for updates the other never makes (the stall limit here: 60 s)."""
+def test_a_pair_of_replicas_stopped_and_resumed_ends_as_the_pair_never_stopped(tmp_path):
+    """Two replicas in sequential mode, one launch stopped by SIGTERM to rank 1 (both stop at an
+    agreed step and each writes its own part of the set) and resumed with checkpoint=auto, end
+    with every network, optimiser, replay byte, generator, env and counter of both ranks as a
+    launch never stopped does. The periodic checkpoints on the way are sets too."""
     run = TORCHRUN + [
         "train.py",
         *SMALL,
         "runtime.mode=sequential",
         "runtime.stall_timeout_s=60",
+        "runtime.log_every_s=0.5",
+        "runtime.checkpoint_every=400",
+        "runtime.max_env_steps=2400",
         "checkpoint=auto",
-        f"hydra.run.dir={tmp_path}",
     ]
-    first = subprocess.run([*run, "runtime.max_env_steps=600"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr[-4000:]
-    saved = load_checkpoint(tmp_path / "checkpoint.pt")
-    assert saved["roles"]["actor"]["envs"]["window"], "the n-step window held steps when the first launch ended"
-    again = subprocess.run([*run, "runtime.max_env_steps=1200"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr[-4000:]
-    resumed = load_checkpoint(tmp_path / "checkpoint.pt")
-    c = resumed["counters"]
-    assert resumed["launch"] == saved["launch"]  # one launch: the resume kept the replay
-    a = c["actor_steps"] - saved["launch"]["warmup_steps"]
-    assert c["env_steps"] == 1200 // 2 and c["critic_updates"] == 8 * a and c["policy_updates"] == 8 * a // 2, c
+    whole = subprocess.run([*run, f"hydra.run.dir={tmp_path / 'whole'}"], cwd=ROOT, capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr[-4000:]
+
+    cut = tmp_path / "cut"
+    env = {**os.environ, JOB_MARKER: str(cut)}
+    proc = subprocess.Popen(
+        [*run, f"hydra.run.dir={cut}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    for line in proc.stdout:  # rank 0's first progress line: both replicas train
+        if re.match(r"[1-9]\S*(/\S+)? steps", line):
+            break
+    os.kill(worker_pids(proc.pid)[1], signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert "pql: rank 0: terminated (SIGTERM)" in err and "pql: rank 1: terminated (SIGTERM)" in err, err[-3000:]
+    stopped = replica_states(cut)
+    steps = [{k: v for k, v in part["counters"].items() if k != "episodes"} for part in stopped]
+    assert steps[0] == steps[1], "both ranks' parts are of one agreed step"  # their envs end their own episodes
+    assert 0 < stopped[0]["counters"]["env_steps"] < 1200, stopped[0]["counters"]
+    assert stopped[1]["roles"]["actor"]["envs"]["window"], "rank 1's n-step window held steps at the stop"
+    again = subprocess.run([*run, f"hydra.run.dir={cut}"], cwd=ROOT, capture_output=True, text=True)
+    assert again.returncode == 0 and "resuming from" in again.stdout, again.stderr[-4000:]
+
+    for rank, (never, resumed) in enumerate(zip(replica_states(tmp_path / "whole"), replica_states(cut))):
+        never_flat, resumed_flat = flat(never), flat(resumed)
+        assert never_flat.keys() == resumed_flat.keys()
+        differ = [k for k, v in never_flat.items() if not torch.equal(v, resumed_flat[k])]
+        assert not differ, f"rank {rank}: {differ}"
+        assert plain(never) == plain(resumed), f"rank {rank}"  # counters, positions, Python's RNG, ...
+    assert sorted(p.name for p in cut.glob("*.bulk")) != [] and len(list(cut.glob("checkpoint.rank1-*.pt"))) == 1

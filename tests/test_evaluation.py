@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from pql import evaluate as evaluate_module
 from pql.evaluate import evaluate
 from pql.runtime import evaluation as evaluation_module
+from pql.runtime.contracts import Runner
 from pql.runtime.evaluation import Evaluator
 from pql.runtime.run import Monitor
 from pql.runtime.settings import MonitorSettings
@@ -135,11 +136,15 @@ def test_an_evaluation_that_fails_in_the_background_raises_in_the_caller():
         evaluator.wait()
 
 
-class OneRoleRunner:
+class OneRoleRunner(Runner):
     """Just what Monitor reads of a runner: the counts grow by 100 env steps per tick."""
 
     def __init__(self, trains_elsewhere: bool):
-        self.trains_elsewhere, self.steps, self.policy = trains_elsewhere, 0, Bias(0.2)
+        self.background, self.steps, self.policy = trains_elsewhere, 0, Bias(0.2)
+
+    @property
+    def trains_elsewhere(self) -> bool:
+        return self.background
 
     def counts(self):
         self.steps += 100

@@ -57,8 +57,13 @@ def test_a_truncated_damaged_or_missing_bulk_file_is_refused(tmp_path):
 
 def test_old_bulk_files_go_and_the_referenced_ones_stay(tmp_path):
     names = [bulk.write_bulk(str(tmp_path), "replay-x", {"a": torch.ones(2)})["file"] for _ in range(3)]
+    # Another replica's, in the same run directory: its own to remove.
+    other = bulk.write_bulk(str(tmp_path), bulk.stem_of("replay-x", 1), {"a": torch.ones(2)})["file"]
+    assert ".rank1-" in other and bulk.owned_by(other, 1) and not bulk.owned_by(other, 0)
     (tmp_path / "checkpoint.pt").write_bytes(b"")
     bulk.remove_unreferenced(str(tmp_path), {names[-1]})
+    assert sorted(os.listdir(tmp_path)) == sorted(["checkpoint.pt", names[-1], other])
+    bulk.remove_unreferenced(str(tmp_path), set(), rank=1)
     assert sorted(os.listdir(tmp_path)) == sorted(["checkpoint.pt", names[-1]])
     assert bulk.descriptions({"roles": {"v": {"replay": {"bulk": {"file": names[-1], "crc32": 1}}}}}) == [
         {"file": names[-1], "crc32": 1}

@@ -8,7 +8,7 @@ The role names are the config's (`pql.config.ROLE_NAMES`: runtime.<role>_device 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 from torch import nn
@@ -70,6 +70,18 @@ class Runner(Protocol):
 
     def latest_policy(self) -> tuple[nn.Module, nn.Module, int]:
         """(policy module, normalizer, version) of the newest policy, for evaluation."""
+
+    # Whether each replica's state differs from rank 0's in what a resume needs (a replay, envs
+    # where they stand): then every replica writes its own part of each checkpoint
+    # (pql/runtime/shards.py); else rank 0's state serves every replica.
+    keeps_replica_state: ClassVar[bool] = False
+
+    def checkpoint_ready(self, wanted: bool) -> bool:
+        """Whether to take a checkpoint now: `wanted` (one is due), where every replica's state
+        here is one every other replica takes at the same step. A runner whose replicas reach
+        that only by agreeing on a step to hold at asks for one when `wanted`, and says True
+        once they hold there, wanted here or not."""
+        return wanted
 
     def checkpoint(self) -> dict:
         """{"counters", "policy", "normalizer", "roles"} of the checkpoint layout (run.py)."""

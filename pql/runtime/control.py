@@ -34,6 +34,10 @@ class RatioCounters(RunCounters):
     consumed_v, consumed_p   staged batches the V-/P-learner has copied into its replay (that learner)
     launch_*                 actor_steps, critic_updates, policy_updates when this launch started (main)
     warmup_steps             actor steps of warm-up in this launch, not counted in the ratios (main)
+    holds_asked              holds asked for: a checkpoint of every replica is due, and the
+                             actors are to agree on a step to hold at for it (main)
+    holds_made               holds the actors agreed on, asked for here or by another replica (actor)
+    holds_released           holds whose checkpoint is taken: the actor holds while fewer (main)
     """
 
     actor_steps: int
@@ -45,6 +49,9 @@ class RatioCounters(RunCounters):
     launch_critic_updates: int
     launch_policy_updates: int
     warmup_steps: int
+    holds_asked: int
+    holds_made: int
+    holds_released: int
     persistent = RunCounters.persistent + ("actor_steps", "critic_updates", "policy_updates")
     launch: ClassVar[tuple[str, ...]] = (
         "launch_actor_steps",

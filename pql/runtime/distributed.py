@@ -130,6 +130,38 @@ def spread(replicas: Replicas, value: int) -> tuple[int, int]:
     return -int(t[0]), int(t[1])
 
 
+def lead_run_dir(replicas: Replicas, run_dir: str) -> str:
+    """Rank 0's run directory, absolute, for every replica (each writes its checkpoint shard
+    there, and checkpoint=auto looks there), in one broadcast of the main group."""
+    if replicas.world == 1:
+        return run_dir
+    path = [os.path.abspath(run_dir)]
+    with _collective("the broadcast of rank 0's run directory"):
+        dist.broadcast_object_list(path, src=0)
+    return path[0]
+
+
+def gather_at_lead(replicas: Replicas, value: object) -> list | None:
+    """Every replica's `value`, in rank order, on rank 0 (None elsewhere), in one gather of the
+    main group (every replica must call it, at the same point)."""
+    if replicas.world == 1:
+        return [value]
+    gathered: list | None = [None] * replicas.world if replicas.lead else None
+    with _collective("the gathering of the replicas' checkpoint shards"):
+        dist.gather_object(value, gathered, dst=0)
+    return gathered
+
+
+def from_lead(replicas: Replicas, value: object) -> object:
+    """Rank 0's `value` on every replica, in one broadcast of the main group."""
+    if replicas.world == 1:
+        return value
+    box = [value]
+    with _collective("the broadcast of rank 0's checkpoint"):
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def close_replicas() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -218,12 +250,17 @@ class ReplicaGroup:
     def agree(self, code: int) -> int:
         """The largest stop code any replica asks for (pql/runtime/stopping.py; 0: none), in one
         all-reduce on the host (every replica must ask, at the same point)."""
+        return self.agree_on(code, hold=False)[0]
+
+    def agree_on(self, code: int, hold: bool) -> tuple[int, bool]:
+        """(the largest stop code any replica asks for, whether any asks to hold here for a
+        checkpoint), in one all-reduce on the host (every replica must ask, at the same point)."""
         if self.world == 1:
-            return code
-        t = torch.tensor([code])
+            return code, hold
+        t = torch.tensor([code, int(hold)])
         with _collective("the agreement on finishing"):
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.host)
-        return int(t.item())
+        return int(t[0]), bool(t[1])
 
 
 def role_group(replicas: Replicas, role: str, device: torch.device, timeout_s: float) -> ReplicaGroup:

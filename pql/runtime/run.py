@@ -46,6 +46,7 @@ from pql.checkpoint import (
     load_checkpoint,
     rng_state,
     save_checkpoint,
+    seed_all,
     set_rng_state,
 )
 from pql.config import CHECKPOINT_AUTO, ConfigError, announce, resolve
@@ -63,6 +64,7 @@ from pql.runtime.distributed import (
     close_replicas,
     failure_elsewhere,
     init_replicas,
+    lead_run_dir,
     post_failure,
     spread,
 )
@@ -70,6 +72,7 @@ from pql.runtime.divergence import check_state
 from pql.runtime.episodes import TRAIN_EPISODE_METRIC
 from pql.runtime.evaluation import EvalResult, Evaluator
 from pql.runtime.settings import MonitorSettings, ResumeSettings, RunSettings, load_runner, run_settings
+from pql.runtime.shards import commit, replica_state
 from pql.runtime.stopping import FINISH, GO_ON, Stopped, StopSignals, by_signal, signal_name
 from tasks import task_form
 
@@ -104,6 +107,8 @@ def train(cfg) -> dict:
 
 
 def _train(cfg, replicas: Replicas, signals: StopSignals) -> dict:
+    # Every replica writes its part of a checkpoint beside rank 0's and resumes from there.
+    cfg.run_dir = lead_run_dir(replicas, cfg.run_dir)
     resolved = resolve(cfg, replicas.local_rank if replicas.world > 1 else None)
     announce(resolved, replicas.world)  # the settings line
     device = use_device(resolved.devices.main)
@@ -115,7 +120,7 @@ def _run(settings: RunSettings, replicas: Replicas, signals: StopSignals) -> dic
     process = settings.runner.process
     if process.threads.fixed or replicas.local_world > 1:
         torch.set_num_threads(process.threads.per_process(1))
-    torch.manual_seed(process.seed)
+    seed_all(process.seed)
     envs = settings.eval_envs
     eval_env = build_env(envs.task, envs.num_envs, device, envs.seed)
     try:
@@ -129,7 +134,7 @@ def _run_with(settings: RunSettings, replicas: Replicas, signals: StopSignals, e
     if task_form(envs.task.name) != "own":  # a user's env: broken, it fails here in one line, not in a role
         raise_on_findings(check_contract(eval_env, quick=True), envs.task.name)
     obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim
-    resume = load_resume(settings.resume, replicas.world)
+    resume = load_resume(settings.resume, replicas.world, replicas.rank)
     _check_same_start(settings.resume, resume, replicas)
     runner_cls = load_runner(settings.algo)
     if settings.resume.test:
@@ -199,10 +204,10 @@ def _announce_start(resume: ResumeSettings, state: dict | None, run_dir: str, re
         print(f"pql: {auto}no checkpoint in {run_dir}, starting fresh{unnamed}", flush=True)
 
 
-def load_resume(resume: ResumeSettings, replicas: int = 1) -> dict | None:
-    """The state of the checkpoint to resume (None without one). A checkpoint resumes only the
-    algorithm and task that wrote it, on as many replicas: anything else is a config error, before
-    a network is built."""
+def load_resume(resume: ResumeSettings, replicas: int = 1, rank: int = 0) -> dict | None:
+    """Rank `rank`'s state of the checkpoint to resume (None without one). A checkpoint resumes
+    only the algorithm and task that wrote it, on as many replicas, each from its own part
+    (pql/runtime/shards.py): anything else is a config error, before a network is built."""
     if not resume.checkpoint:
         return None
     state = load_checkpoint(resume.checkpoint)
@@ -223,6 +228,8 @@ def load_resume(resume: ResumeSettings, replicas: int = 1) -> dict | None:
             f"(torchrun --nproc_per_node × --nnodes = {written_by})",
         )
     if not resume.test:  # the replay beside it, whole, or the checkpoint is refused; an evaluation reads none of it
+        if load_runner(resume.algo).keeps_replica_state:
+            state = replica_state(state, resume.checkpoint, rank)
         try:
             locate(state, resume.checkpoint)
         except BulkError as e:
@@ -337,27 +344,14 @@ class Monitor(RunMonitor):
         env_steps = counts["env_steps"]
         if self.logger is None:
             self._post(counts, final)
+            if self.runner.keeps_replica_state:
+                self._checkpoint(final, GO_ON)
             return
         stopped_by = self.signal_code() if final else GO_ON
         if stopped_by:
             self._say_stopping(stopped_by)
         self._evaluations(env_steps, final, evaluate_final=not stopped_by)
-        if env_steps >= self.next_checkpoint or final:
-            self.next_checkpoint = env_steps + self.settings.checkpoint_every
-            path = self.checkpoint_path()
-            try:
-                self.save_checkpoint(path)
-            except CheckpointWriteError as e:
-                if final:
-                    raise
-                # The disk may have room again by the next one; the previous checkpoint is whole.
-                print(f"pql: warning: {e}; training goes on", file=sys.stderr, flush=True)
-            if stopped_by:
-                print(
-                    f"pql: wrote {path} at {env_steps:,} env steps; resume with checkpoint={path} "
-                    f"(or checkpoint={CHECKPOINT_AUTO} hydra.run.dir={self.settings.run_dir})",
-                    flush=True,
-                )
+        self._checkpoint(final, stopped_by)
         now = time.monotonic()
         if now - self.last_log_time >= self.settings.log_every_s or final:
             # Counted again, with the clock: the roles ran on through an evaluation made above, so
@@ -374,6 +368,29 @@ class Monitor(RunMonitor):
                 counts["env_steps"], {**rates, **self._runner_scalars(), **ranks, "time/elapsed_s": self.elapsed()}
             )
             self.logger.progress(counts["env_steps"], self.latest)
+
+    def _checkpoint(self, final: bool, stopped_by: int) -> None:
+        """Write a checkpoint if one is due (every runtime.checkpoint_every env steps, and at the
+        end) and the runner can take it here (Runner.checkpoint_ready)."""
+        env_steps = self.runner.counts()["env_steps"]
+        if not self.runner.checkpoint_ready(env_steps >= self.next_checkpoint or final):
+            return
+        env_steps = self.runner.counts()["env_steps"]  # where the replicas held, if they did
+        self.next_checkpoint = env_steps + self.settings.checkpoint_every
+        path = self.checkpoint_path()
+        try:
+            self.save_checkpoint(path)
+        except CheckpointWriteError as e:
+            if final:
+                raise
+            # The disk may have room again by the next one; the previous checkpoint is whole.
+            print(f"pql: warning: {e}; training goes on", file=sys.stderr, flush=True)
+        if stopped_by:
+            print(
+                f"pql: wrote {path} at {env_steps:,} env steps; resume with checkpoint={path} "
+                f"(or checkpoint={CHECKPOINT_AUTO} hydra.run.dir={self.settings.run_dir})",
+                flush=True,
+            )
 
     def _evaluations(self, env_steps: int, final: bool, evaluate_final: bool) -> None:
         """Log an evaluation that has ended, and start the one that is due (at the end: wait for the
@@ -473,16 +490,14 @@ class Monitor(RunMonitor):
         """Write the run's state to `path`, unless it holds nan or inf (Diverged: the checkpoint
         already there stays the last good one). -> the counters written."""
         state = self.runner.checkpoint()
+        state = {**state, "rng": rng_state()}
         check_state(state)
-        save_checkpoint(
-            path,
-            {
-                **self.settings.header,
-                "replicas": self.board.replicas.world,
-                "rng": rng_state(),
-                **state,
-            },
-        )
+        replicas = self.board.replicas
+        header = {**self.settings.header, "replicas": replicas.world}
+        if self.runner.keeps_replica_state:
+            commit(replicas, path, header, state)  # every replica its own part (shards.py)
+            return state["counters"]
+        save_checkpoint(path, {**header, **state})
         # The replay of older checkpoints (and of any that could not be written) goes now that
         # this one is whole and in place.
         remove_unreferenced(os.path.dirname(os.path.abspath(path)), {d["file"] for d in descriptions(state)})

@@ -51,7 +51,8 @@ def role_context(devices: Iterable[torch.device], target: Callable) -> BaseConte
     if any(device.type != "cpu" for device in devices) or "isaacgym" in sys.modules:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["__main__", target.__module__])  # only before its server starts
+    # Only before its server starts; the last one makes the server exit without a teardown.
+    ctx.set_forkserver_preload(["__main__", target.__module__, "pql.runtime.forkserver_exit"])
     with _stop_signals_ignored():  # the server's, for good: a group's SIGTERM cannot kill the roles' parent
         forkserver.ensure_running()  # now, so that it imports while this process builds the run
     return ctx
@@ -179,14 +180,27 @@ class ProcessRuntime:
         A role of this replica that died or raised is the cause, and a lost replica only its
         echo: when one role dies, its peers in the other replicas stop, and this replica's other
         roles then lose their collectives too, often before this check runs. Reported as lost,
-        each replica would wait for the other's cause (failure_elsewhere) and neither would have one."""
+        each replica would wait for the other's cause (failure_elsewhere) and neither would have one.
+
+        Either way the run is over, and the other roles are killed first: they have nothing to hand
+        in, and under torchrun the other replicas' restart waits for this replica's exit."""
+        failure = self._failure()
+        if failure is not None:
+            for p in self.procs.values():
+                p.kill()  # a role ignores SIGTERM (role_process)
+            for p in self.procs.values():
+                p.join()
+            raise failure
+
+    def _failure(self) -> RoleFailure | ReplicaLost | None:
         reports = self._reports(wait_s=0.0)
         dead = [name for name, p in self.procs.items() if not p.is_alive()]
-        if set(dead) - {name for name, _, _ in reports}:
+        unheard = set(dead) - {name for name, _, _ in reports}
+        if any((self.procs[name].exitcode or 0) >= 0 for name in unheard):  # a signal's victim says nothing
             reports += self._reports(wait_s=1.0)  # a role that raised exits right after queueing its traceback
         for name, text, lost in reports:
             if not lost:
-                raise RoleFailure(f"role {name} failed:\n{text.rstrip()}")
+                return RoleFailure(f"role {name} failed:\n{text.rstrip()}")
         reporters = {name for name, _, _ in reports}
         for name in dead:
             if name not in reporters:  # died without a word: killed, or out of memory
@@ -194,10 +208,11 @@ class ProcessRuntime:
                 cause = (
                     f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
                 )
-                raise RoleFailure(f"role {name} died ({cause})")
+                return RoleFailure(f"role {name} died ({cause})")
         if reports:
             name, text, _ = reports[0]
-            raise ReplicaLost(f"role {name}: {text}")
+            return ReplicaLost(f"role {name}: {text}")
+        return None
 
     def _reports(self, wait_s: float) -> list[tuple[str, str, bool]]:
         """The (role, traceback or message, lost a replica) the roles queued: those already there,

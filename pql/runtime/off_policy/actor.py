@@ -77,6 +77,8 @@ class Actor(Role):
         if self.done():
             c.actor_done = 1
             return False
+        if c.holds_made > c.holds_released:  # at the step every replica agreed to hold at, until its checkpoint
+            return False
         ring_free = self._staged() - min(c.consumed_v, c.consumed_p) < self.shared.ring_slots
         return ring_free and self.ratios.actor_may_step(in_flight=len(self.ring_writes))
 
@@ -113,11 +115,16 @@ class Actor(Role):
     @torch.no_grad()
     def step(self) -> None:
         c = self.shared.counters
-        if self.local_steps % FINISH_CHECK_EVERY == 0 and (agreed := self.group.agree(c.finish)):
-            c.finished_by = agreed
-            self.finished = True  # every replica's actor stops at this same step
-            c.actor_done = 1
-            return
+        if self.local_steps % FINISH_CHECK_EVERY == 0:
+            agreed, hold = self.group.agree_on(c.finish, c.holds_asked > c.holds_made)
+            if agreed:
+                c.finished_by = agreed
+                self.finished = True  # every replica's actor stops at this same step
+                c.actor_done = 1
+                return
+            if hold:  # every replica's actor holds here; its first step() after the release agrees again
+                c.holds_made += 1
+                return
         if self.local_steps % self.settings.pull_every == 0:
             self._pull_weights()
         self.group.update_normalizer(self.normalizer, self.obs)
@@ -227,15 +234,7 @@ class Actor(Role):
             print(f"pql: actor: the checkpoint's envs are not these ({e}): they start new episodes", flush=True)
             return
         self.obs = saved["obs"].to(self.device)
-        # With several replicas only rank 0's envs load (the others' are seeded apart) and every
-        # window starts empty: a window restored on one replica alone would stage its first
-        # batch nstep - 1 steps before the others do, and the replicas, stopping at one agreed
-        # step, would count different actor steps, so their learners, whose gradient all-reduce
-        # pairs their updates, would end at different counts.
-        if self.group.world == 1:
-            self.window.steps = [
-                tuple(None if t is None else t.to(self.device) for t in step) for step in saved["window"]
-            ]
+        self.window.steps = [tuple(None if t is None else t.to(self.device) for t in step) for step in saved["window"]]
         self.noise.load_state_dict(saved)
         if self.returns is not None and saved.get("returns") is not None:
             self.returns.copy_(saved["returns"])

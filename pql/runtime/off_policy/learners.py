@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from pql.algos.off_policy import OffPolicyAlgorithm, Part
-from pql.bulk import disk_size, fits_disk, nbytes, read_bulk, write_bulk
+from pql.bulk import disk_size, fits_disk, nbytes, read_bulk, stem_of, write_bulk
 from pql.nets import ObsNormalizer, ReturnScale
 from pql.replay import ReplayBuffer, UniformSampler, make_sampler, replay_layout, sampler_layout_kind
 from pql.replay.nstep import transition_spec
@@ -160,7 +160,8 @@ class _Learner(Role):
                 flush=True,
             )
         try:
-            return {**small, "bulk": write_bulk(self.snapshot_dir, f"replay-{self.name}", bulk)}
+            stem = stem_of(f"replay-{self.name}", self.group.replicas.rank)
+            return {**small, "bulk": write_bulk(self.snapshot_dir, stem, bulk)}
         except OSError as e:  # a full disk, as for the checkpoint itself: training goes on
             print(f"pql: warning: {self.name}: could not write its replay ({e}); this checkpoint leaves it out")
             return None

@@ -57,6 +57,8 @@ def check_network_sizes(resume: dict, weights: dict) -> None:
 
 
 class OffPolicyRunner(Runner):
+    keeps_replica_state = True  # each replica's replay, envs and n-step window
+
     @staticmethod
     def make_policy(algo, obs_dim: int, act_dim: int) -> nn.Module:
         return make_rules(algo, obs_dim, act_dim).make_policy()
@@ -180,9 +182,25 @@ class OffPolicyRunner(Runner):
         self.normalizer_reader.pull_latest()
         return self.policy, self.normalizer, version
 
+    def checkpoint_ready(self, wanted: bool) -> bool:
+        """In process mode with several replicas each replica's roles run on their own clocks, so
+        a checkpoint is taken where the actors agreed to hold and the learners have caught up to
+        that step (or, at the end, where they finished): the same counts on every replica, as a
+        resume needs (their collectives pair the k-th calls). Sequential replicas tick at the
+        same counts anyway; one replica has no one to agree with."""
+        if self.processes is None or self.world == 1:
+            return wanted
+        c = self.counters
+        held = c.holds_made > c.holds_released
+        if wanted and not (c.actor_done or held) and c.holds_asked <= c.holds_made:
+            c.holds_asked = c.holds_made + 1  # the actor asks at its next agreement
+        return bool(c.actor_done or held) and self.ratios.caught_up()
+
     def checkpoint(self) -> dict:
         if self.processes is not None:
             roles, counts = self.processes.collect_states()
+            self.counters.holds_released = self.counters.holds_made  # the roles handed in: the actor goes on
+            self.shared.wake()
         else:
             roles, counts = {name: role.state_dict() for name, role in self.roles.items()}, self.counters.as_dict()
         state = {
