@@ -204,7 +204,7 @@ def test_sigterm_to_one_replica_stops_every_replica_at_an_agreed_step(tmp_path):
     assert proc.returncode != 0, err[-3000:]
     assert "pql: rank 0: terminated (SIGTERM)" in err and "pql: rank 1: terminated (SIGTERM)" in err, err[-3000:]
     assert "pql: run failed" not in err, err[-3000:]
-    stopping = "pql: stopping (SIGTERM): the replicas finish at an agreed step, then rank 0 writes"
+    stopping = "pql: stopping (SIGTERM): the replicas finish at an agreed step, then each writes its part of"
     assert stopping in out and out.count("pql: wrote") == 1, out
     saved = load_checkpoint(tmp_path / "checkpoint.pt")
     assert saved["replicas"] == 2

@@ -325,7 +325,7 @@ class Monitor(RunMonitor):
             return
         self.stopping_said = True
         how = (
-            "the replicas finish at an agreed step, then rank 0 writes"
+            "the replicas finish at an agreed step, then each writes its part of"
             if self.board.replicas.world > 1
             else "training finishes at its next check, then the run writes"
         )

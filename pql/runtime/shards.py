@@ -60,7 +60,7 @@ def commit(replicas: Replicas, path: str, header: dict, state: dict) -> None:
         try:
             shard = write_shard(directory, replicas.rank, state)
         except CheckpointWriteError as e:
-            error = f"rank {replicas.rank}: {e}"
+            error = f"rank {replicas.rank} could not write its shard ({e.__cause__ or e})"
     gathered = gather_at_lead(replicas, (shard, error))
     outcome: object = None  # None: committed; else why not
     if gathered is not None:  # rank 0
@@ -75,7 +75,11 @@ def commit(replicas: Replicas, path: str, header: dict, state: dict) -> None:
                 outcome = str(e)
     outcome = from_lead(replicas, outcome)
     if outcome is not None:  # the previous set stays; the next one that commits removes this one's files
-        raise CheckpointWriteError(f"the checkpoint set was not written ({outcome}); the previous one is kept")
+        raise CheckpointWriteError(
+            str(outcome)
+            if replicas.world == 1
+            else f"the checkpoint set was not written: {outcome}; the previous set is kept"
+        )
     keep = {d["file"] for d in descriptions(state)} | ({shard["file"]} if shard else set())
     remove_unreferenced(directory, keep, replicas.rank)
     _remove_shards(directory, keep, replicas.rank)
