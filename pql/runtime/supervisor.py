@@ -226,9 +226,9 @@ class ProcessRuntime:
         except queue.Empty:
             return reports
 
-    def collect_states(self) -> tuple[dict, dict]:
-        """Ask every role for its state and wait (supervising) until all answered (`hand_in`).
-        -> ({role: state}, the counters when asked)."""
+    def collect_states(self, handed_in: Callable[[str], None] = lambda name: None) -> tuple[dict, dict]:
+        """Ask every role for its state and wait (supervising) until all answered (`hand_in`),
+        calling handed_in(role) as each answer arrives. -> ({role: state}, the counters when asked)."""
         counters = self.shared.counters
         counters.checkpoint_request += 1
         request = counters.checkpoint_request
@@ -243,6 +243,7 @@ class ProcessRuntime:
                 continue
             if req == request:
                 states[name] = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+                handed_in(name)
         return states, counts
 
     def stop(self) -> None:

@@ -198,9 +198,7 @@ class OffPolicyRunner(Runner):
 
     def checkpoint(self) -> dict:
         if self.processes is not None:
-            roles, counts = self.processes.collect_states()
-            self.counters.holds_released = self.counters.holds_made  # the roles handed in: the actor goes on
-            self.shared.wake()
+            roles, counts = self.processes.collect_states(self._release_the_hold)
         else:
             roles, counts = {name: role.state_dict() for name, role in self.roles.items()}, self.counters.as_dict()
         state = {
@@ -214,6 +212,14 @@ class OffPolicyRunner(Runner):
         if self.processes is not None:
             self._let_a_diverged_role_say_so(state, self.processes)
         return state
+
+    def _release_the_hold(self, role: str) -> None:
+        """Once the held actor has handed in its state, it goes on: the learners, caught up and
+        asked for theirs, hand it in before their next update (roles.serve answers a request
+        first), so their counts are the agreed step's while they write their replays."""
+        if role == "actor":
+            self.counters.holds_released = self.counters.holds_made
+            self.shared.wake()
 
     @staticmethod
     def _let_a_diverged_role_say_so(state: dict, processes: ProcessRuntime) -> None:
