@@ -23,9 +23,11 @@ from conftest import (
 
 from pql.bulk import descriptions, locate
 from pql.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from pql.config import ConfigError, resolve
+from pql.config import ROLE_NAMES, ConfigError, resolve
 from pql.nets import ObsNormalizer
+from pql.runtime.control import RatioController, RatioCounters
 from pql.runtime.distributed import CAUSE_WAIT_S
+from pql.runtime.off_policy.roles import CutPart
 from pql.runtime.run import load_resume
 from pql.runtime.settings import resume_settings
 from pql.runtime.shards import replica_state, write_shard
@@ -323,3 +325,28 @@ def test_a_pair_of_replicas_stopped_and_resumed_ends_as_the_pair_never_stopped(t
         assert not differ, f"rank {rank}: {differ}"
         assert plain(never) == plain(resumed), f"rank {rank}"  # counters, positions, Python's RNG, ...
     assert sorted(p.name for p in cut.glob("*.bulk")) != [] and len(list(cut.glob("checkpoint.rank1-*.pt"))) == 1
+
+
+def test_a_cut_stands_at_the_ratios_counts_for_its_actor_step():
+    """A process-mode checkpoint of several replicas is a cut at an agreed actor step: the actor
+    hands in there, each learner when its count reaches the ratios' for that step (β_a:v 1:8 after
+    a warm-up of 4 steps, β_p:v 1:2), and each marks the cut seen at once (the actor steps on only
+    once both have)."""
+    counters = RatioCounters()
+    ratios = RatioController(counters, beta_av=8, beta_pv=2, max_lag=4)
+    counters.load({"launch_actor_steps": 10, "launch_critic_updates": 40, "launch_policy_updates": 20})
+    counters.warmup_steps = 4
+    counters.held_actor_steps, counters.holds_made = 10 + 4 + 5, 1  # cut 1 at the launch's 5th counted step
+    assert ratios.counts_at_cut() == (40 + 8 * 5, 20 + 8 * 5 // 2)
+    wakes = []
+    actor, v, p = (CutPart(name, counters, ratios, lambda: wakes.append(1)) for name in ROLE_NAMES)
+    assert actor.due() and actor.tag() == "cut 1"
+    counters.critic_updates, counters.policy_updates = 40 + 39, 20 + 19
+    assert not v.due() and not p.due() and (counters.holds_seen_v, counters.holds_seen_p) == (1, 1) and wakes
+    counters.critic_updates, counters.policy_updates = 40 + 40, 20 + 20
+    assert v.due() and p.due()
+    v.served = p.served = actor.served = 1
+    assert not (actor.due() or v.due() or p.due())
+    counters.held_actor_steps = 12  # a cut in the warm-up: no update yet
+    counters.holds_made = 2
+    assert ratios.counts_at_cut() == (40, 20)

@@ -34,10 +34,12 @@ class RatioCounters(RunCounters):
     consumed_v, consumed_p   staged batches the V-/P-learner has copied into its replay (that learner)
     launch_*                 actor_steps, critic_updates, policy_updates when this launch started (main)
     warmup_steps             actor steps of warm-up in this launch, not counted in the ratios (main)
-    holds_asked              holds asked for: a checkpoint of every replica is due, and the
-                             actors are to agree on a step to hold at for it (main)
-    holds_made               holds the actors agreed on, asked for here or by another replica (actor)
-    holds_released           holds whose checkpoint is taken: the actor holds while fewer (main)
+    holds_asked              cuts asked for: a checkpoint of every replica is due, and the actors
+                             are to agree on an actor step to cut every replica's state at (main)
+    holds_made               cuts the actors agreed on, asked for here or by another replica (actor)
+    held_actor_steps         the actor steps staged at the latest cut (actor)
+    holds_seen_v, _p         the latest cut the V-/P-learner has seen: the actor steps on only once
+                             both have, so that neither passes its count for the cut (that learner)
     """
 
     actor_steps: int
@@ -51,7 +53,9 @@ class RatioCounters(RunCounters):
     warmup_steps: int
     holds_asked: int
     holds_made: int
-    holds_released: int
+    held_actor_steps: int
+    holds_seen_v: int
+    holds_seen_p: int
     persistent = RunCounters.persistent + ("actor_steps", "critic_updates", "policy_updates")
     launch: ClassVar[tuple[str, ...]] = (
         "launch_actor_steps",
@@ -142,6 +146,15 @@ class RatioController:
     def policy_may_update(self) -> bool:
         _, v, p = self.progress()
         return (p + 1) * self.beta_pv <= v
+
+    def counts_at_cut(self) -> tuple[int, int]:
+        """(critic updates, policy updates) a cut at the actor step counters.held_actor_steps stands
+        at: those the ratios allow for it once the actor stops there, the same on every replica.
+        Neither learner is past them when it sees the cut (the actor has not stepped on)."""
+        c = self.counters
+        a = c.held_actor_steps - c.launch_actor_steps - c.warmup_steps
+        v = max(0, self.critic_updates_for(a))
+        return c.launch_critic_updates + v, c.launch_policy_updates + v // self.beta_pv
 
     def caught_up(self) -> bool:
         """Whether neither learner may update any more: with the actor finished, the end of the run."""

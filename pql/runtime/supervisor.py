@@ -146,8 +146,9 @@ def exit_without_teardown() -> None:
     atexit.register(os._exit, 0)  # registered last, so it runs first of the interpreter's exit handlers
 
 
-def hand_in(shared: SharedState, request: int, name: str, state: dict) -> None:
-    """A role's answer to checkpoint request `request`: its state, serialized for the queue."""
+def hand_in(shared: SharedState, request: object, name: str, state: dict) -> None:
+    """A role's answer to checkpoint request `request` (or its part of a cut): its state,
+    serialized for the queue."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
     shared.checkpoint_parts.put((request, name, buffer.getvalue()))
@@ -226,14 +227,18 @@ class ProcessRuntime:
         except queue.Empty:
             return reports
 
-    def collect_states(self, handed_in: Callable[[str], None] = lambda name: None) -> tuple[dict, dict]:
-        """Ask every role for its state and wait (supervising) until all answered (`hand_in`),
-        calling handed_in(role) as each answer arrives. -> ({role: state}, the counters when asked)."""
+    def collect_states(self) -> tuple[dict, dict]:
+        """Ask every role for its state and wait (supervising) until all answered (`hand_in`).
+        -> ({role: state}, the counters when asked)."""
         counters = self.shared.counters
         counters.checkpoint_request += 1
-        request = counters.checkpoint_request
         counts = counters.as_dict()
         self.shared.wake()
+        return self.collect_parts(counters.checkpoint_request), counts
+
+    def collect_parts(self, tag: object) -> dict:
+        """Wait (supervising) until every role has handed in its state under `tag` (a request's
+        number, or a cut's: roles.CutPart). -> {role: state}."""
         states: dict[str, dict] = {}
         while len(states) < len(self.procs):
             self.check()
@@ -241,10 +246,9 @@ class ProcessRuntime:
                 req, name, blob = self.shared.checkpoint_parts.get(timeout=POLL_S)
             except queue.Empty:
                 continue
-            if req == request:
+            if req == tag:
                 states[name] = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
-                handed_in(name)
-        return states, counts
+        return states
 
     def stop(self) -> None:
         """Stop every role: ask, then terminate, then kill; never leaves a child behind."""

@@ -77,7 +77,7 @@ class Actor(Role):
         if self.done():
             c.actor_done = 1
             return False
-        if c.holds_made > c.holds_released:  # at the step every replica agreed to hold at, until its checkpoint
+        if min(c.holds_seen_v, c.holds_seen_p) < c.holds_made:  # a cut both learners have not seen yet
             return False
         ring_free = self._staged() - min(c.consumed_v, c.consumed_p) < self.shared.ring_slots
         return ring_free and self.ratios.actor_may_step(in_flight=len(self.ring_writes))
@@ -122,8 +122,10 @@ class Actor(Role):
                 self.finished = True  # every replica's actor stops at this same step
                 c.actor_done = 1
                 return
-            if hold:  # every replica's actor holds here; its first step() after the release agrees again
+            if hold:  # every replica's state is cut here; its first step() after it agrees again
+                c.held_actor_steps = self._staged()
                 c.holds_made += 1
+                self.shared.wake()
                 return
         if self.local_steps % self.settings.pull_every == 0:
             self._pull_weights()

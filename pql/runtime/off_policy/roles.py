@@ -3,6 +3,8 @@ process. The ratio controller decides when a role's `ready()` is true."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from pql.algos.off_policy import OffPolicyAlgorithm
@@ -101,6 +103,36 @@ def role_main(
     exit_without_teardown()
 
 
+class CutPart:
+    """Role `name`'s part in a cut of every replica's state for a checkpoint (process mode with
+    several replicas: OffPolicyRunner.checkpoint_ready). The actors agree on an actor step; there
+    each actor hands in its state, and each learner hands in its own when its count reaches the
+    cut's (RatioController.counts_at_cut), while the actor steps on. A learner marks the cut seen
+    at once, and the actor steps on only once both have, so that neither passes its count unseen."""
+
+    def __init__(self, name: str, counters: RatioCounters, ratios: RatioController, wake: Callable[[], None]):
+        self.name, self.counters, self.ratios, self.wake = name, counters, ratios, wake
+        self.served = 0  # the latest cut this role has handed in its part of
+
+    def due(self) -> bool:
+        """Whether this role is to hand in its part of a cut now (before its next step)."""
+        c = self.counters
+        cut = c.holds_made
+        if cut <= self.served:
+            return False
+        if self.name == "actor":
+            return True  # it stopped at the agreed step, and steps on only after handing in
+        seen = "holds_seen_v" if self.name == "v_learner" else "holds_seen_p"
+        if getattr(c, seen) < cut:
+            setattr(c, seen, cut)
+            self.wake()
+        critic, policy = self.ratios.counts_at_cut()
+        return c.critic_updates == critic if self.name == "v_learner" else c.policy_updates == policy
+
+    def tag(self) -> str:
+        return f"cut {self.counters.holds_made}"
+
+
 def serve(
     name: str, settings: OffPolicySettings, shared: PQLShared, obs_dim: int, act_dim: int, resume: dict | None
 ) -> None:
@@ -126,11 +158,18 @@ def serve(
     def checkpoint_due() -> bool:
         return shared.counters.checkpoint_request > served
 
-    while waiter.wait(lambda: checkpoint_due() or role.ready(), role.idle, f"{name} to be allowed to run"):
+    cut = CutPart(name, shared.counters, ratios, shared.wake)
+    while waiter.wait(lambda: checkpoint_due() or cut.due() or role.ready(), role.idle, f"{name} to be allowed to run"):
         if checkpoint_due():
             served = shared.counters.checkpoint_request
             role.idle()  # a learner takes in what is staged, so the replay it hands in misses none of it
             hand_in(shared, served, name, {**role.state_dict(), "rng": rng_state()})
+            continue
+        if cut.due():
+            role.idle()
+            state = {**role.state_dict(), "rng": rng_state(), "counts": shared.counters.as_dict()}
+            hand_in(shared, cut.tag(), name, state)
+            cut.served = shared.counters.holds_made
             continue
         role.step()
     if isinstance(role, Actor):

@@ -81,6 +81,8 @@ class OffPolicyRunner(Runner):
         else:
             self.counters.start_launch(settings.warmup_steps)
         self.ratios = make_ratios(settings.ratios, self.shared)
+        self.cut: int | None = None  # the cut checkpoint_ready found agreed, for checkpoint() to take
+        self.cuts_taken = 0
         self.roles: dict[str, Role] = {}
         self.processes: ProcessRuntime | None = None
         if self.ctx is None:
@@ -184,21 +186,29 @@ class OffPolicyRunner(Runner):
 
     def checkpoint_ready(self, wanted: bool) -> bool:
         """In process mode with several replicas each replica's roles run on their own clocks, so
-        a checkpoint is taken where the actors agreed to hold and the learners have caught up to
-        that step (or, at the end, where they finished): the same counts on every replica, as a
-        resume needs (their collectives pair the k-th calls). Sequential replicas tick at the
-        same counts anyway; one replica has no one to agree with."""
+        a checkpoint is a cut the actors agree on: every replica's state at one actor step and the
+        learners' counts for it (roles.CutPart), the same on every replica, as a resume needs
+        (their collectives pair the k-th calls); at the end, where they finished. Sequential
+        replicas tick at the same counts anyway; one replica has no one to agree with."""
         if self.processes is None or self.world == 1:
             return wanted
         c = self.counters
-        held = c.holds_made > c.holds_released
-        if wanted and not (c.actor_done or held) and c.holds_asked <= c.holds_made:
+        self.cut = None
+        if c.actor_done:
+            return self.ratios.caught_up()
+        if wanted and c.holds_asked <= c.holds_made == self.cuts_taken:
             c.holds_asked = c.holds_made + 1  # the actor asks at its next agreement
-        return bool(c.actor_done or held) and self.ratios.caught_up()
+        if c.holds_made > self.cuts_taken:
+            self.cut = c.holds_made
+        return self.cut is not None
 
     def checkpoint(self) -> dict:
-        if self.processes is not None:
-            roles, counts = self.processes.collect_states(self._release_the_hold)
+        if self.processes is not None and self.cut is not None:
+            roles = self.processes.collect_parts(f"cut {self.cut}")
+            self.cuts_taken, self.cut = self.cut, None
+            counts = self._counts_at_cut(roles)
+        elif self.processes is not None:
+            roles, counts = self.processes.collect_states()
         else:
             roles, counts = {name: role.state_dict() for name, role in self.roles.items()}, self.counters.as_dict()
         state = {
@@ -213,13 +223,17 @@ class OffPolicyRunner(Runner):
             self._let_a_diverged_role_say_so(state, self.processes)
         return state
 
-    def _release_the_hold(self, role: str) -> None:
-        """Once the held actor has handed in its state, it goes on: the learners, caught up and
-        asked for theirs, hand it in before their next update (roles.serve answers a request
-        first), so their counts are the agreed step's while they write their replays."""
-        if role == "actor":
-            self.counters.holds_released = self.counters.holds_made
-            self.shared.wake()
+    def _counts_at_cut(self, roles: dict) -> dict:
+        """The counters of a cut, from the parts (each role's counts as it handed in)."""
+        actor, v, p = (roles[name].pop("counts") for name in ROLE_NAMES)
+        return {
+            **self.counters.as_dict(RatioCounters.launch),  # the launch's, which no role changes
+            "env_steps": actor["env_steps"],
+            "episodes": actor["episodes"],
+            "actor_steps": self.counters.held_actor_steps,
+            "critic_updates": v["critic_updates"],
+            "policy_updates": p["policy_updates"],
+        }
 
     @staticmethod
     def _let_a_diverged_role_say_so(state: dict, processes: ProcessRuntime) -> None:
