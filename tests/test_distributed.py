@@ -336,17 +336,17 @@ def test_a_cut_stands_at_the_ratios_counts_for_its_actor_step():
     ratios = RatioController(counters, beta_av=8, beta_pv=2, max_lag=4)
     counters.load({"launch_actor_steps": 10, "launch_critic_updates": 40, "launch_policy_updates": 20})
     counters.warmup_steps = 4
-    counters.held_actor_steps, counters.holds_made = 10 + 4 + 5, 1  # cut 1 at the launch's 5th counted step
+    counters.cut_actor_steps, counters.cuts_made = 10 + 4 + 5, 1  # cut 1 at the launch's 5th counted step
     assert ratios.counts_at_cut() == (40 + 8 * 5, 20 + 8 * 5 // 2)
     wakes = []
     actor, v, p = (CutPart(name, counters, ratios, lambda: wakes.append(1)) for name in ROLE_NAMES)
     assert actor.due() and actor.tag() == "cut 1"
     counters.critic_updates, counters.policy_updates = 40 + 39, 20 + 19
-    assert not v.due() and not p.due() and (counters.holds_seen_v, counters.holds_seen_p) == (1, 1) and wakes
+    assert not v.due() and not p.due() and (counters.cuts_seen_v, counters.cuts_seen_p) == (1, 1) and wakes
     counters.critic_updates, counters.policy_updates = 40 + 40, 20 + 20
     assert v.due() and p.due()
     v.served = p.served = actor.served = 1
     assert not (actor.due() or v.due() or p.due())
-    counters.held_actor_steps = 12  # a cut in the warm-up: no update yet
-    counters.holds_made = 2
+    counters.cut_actor_steps = 12  # a cut in the warm-up: no update yet
+    counters.cuts_made = 2
     assert ratios.counts_at_cut() == (40, 20)

@@ -34,11 +34,11 @@ class RatioCounters(RunCounters):
     consumed_v, consumed_p   staged batches the V-/P-learner has copied into its replay (that learner)
     launch_*                 actor_steps, critic_updates, policy_updates when this launch started (main)
     warmup_steps             actor steps of warm-up in this launch, not counted in the ratios (main)
-    holds_asked              cuts asked for: a checkpoint of every replica is due, and the actors
+    cuts_asked               cuts asked for: a checkpoint of every replica is due, and the actors
                              are to agree on an actor step to cut every replica's state at (main)
-    holds_made               cuts the actors agreed on, asked for here or by another replica (actor)
-    held_actor_steps         the actor steps staged at the latest cut (actor)
-    holds_seen_v, _p         the latest cut the V-/P-learner has seen: the actor steps on only once
+    cuts_made                cuts the actors agreed on, asked for here or by another replica (actor)
+    cut_actor_steps          the actor steps staged at the latest cut (actor)
+    cuts_seen_v, _p          the latest cut the V-/P-learner has seen: the actor steps on only once
                              both have, so that neither passes its count for the cut (that learner)
     """
 
@@ -51,11 +51,11 @@ class RatioCounters(RunCounters):
     launch_critic_updates: int
     launch_policy_updates: int
     warmup_steps: int
-    holds_asked: int
-    holds_made: int
-    held_actor_steps: int
-    holds_seen_v: int
-    holds_seen_p: int
+    cuts_asked: int
+    cuts_made: int
+    cut_actor_steps: int
+    cuts_seen_v: int
+    cuts_seen_p: int
     persistent = RunCounters.persistent + ("actor_steps", "critic_updates", "policy_updates")
     launch: ClassVar[tuple[str, ...]] = (
         "launch_actor_steps",
@@ -148,11 +148,11 @@ class RatioController:
         return (p + 1) * self.beta_pv <= v
 
     def counts_at_cut(self) -> tuple[int, int]:
-        """(critic updates, policy updates) a cut at the actor step counters.held_actor_steps stands
+        """(critic updates, policy updates) a cut at the actor step counters.cut_actor_steps stands
         at: those the ratios allow for it once the actor stops there, the same on every replica.
         Neither learner is past them when it sees the cut (the actor has not stepped on)."""
         c = self.counters
-        a = c.held_actor_steps - c.launch_actor_steps - c.warmup_steps
+        a = c.cut_actor_steps - c.launch_actor_steps - c.warmup_steps
         v = max(0, self.critic_updates_for(a))
         return c.launch_critic_updates + v, c.launch_policy_updates + v // self.beta_pv
 

@@ -250,14 +250,15 @@ class ReplicaGroup:
     def agree(self, code: int) -> int:
         """The largest stop code any replica asks for (pql/runtime/stopping.py; 0: none), in one
         all-reduce on the host (every replica must ask, at the same point)."""
-        return self.agree_on(code, hold=False)[0]
+        return self.agree_on(code, cut=False)[0]
 
-    def agree_on(self, code: int, hold: bool) -> tuple[int, bool]:
-        """(the largest stop code any replica asks for, whether any asks to hold here for a
-        checkpoint), in one all-reduce on the host (every replica must ask, at the same point)."""
+    def agree_on(self, code: int, cut: bool) -> tuple[int, bool]:
+        """(the largest stop code any replica asks for, whether any asks to cut every replica's
+        state here for a checkpoint), in one all-reduce on the host (every replica must ask, at
+        the same point)."""
         if self.world == 1:
-            return code, hold
-        t = torch.tensor([code, int(hold)])
+            return code, cut
+        t = torch.tensor([code, int(cut)])
         with _collective("the agreement on finishing"):
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.host)
         return int(t[0]), bool(t[1])

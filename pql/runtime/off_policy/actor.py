@@ -77,7 +77,7 @@ class Actor(Role):
         if self.done():
             c.actor_done = 1
             return False
-        if min(c.holds_seen_v, c.holds_seen_p) < c.holds_made:  # a cut both learners have not seen yet
+        if min(c.cuts_seen_v, c.cuts_seen_p) < c.cuts_made:  # a cut both learners have not seen yet
             return False
         ring_free = self._staged() - min(c.consumed_v, c.consumed_p) < self.shared.ring_slots
         return ring_free and self.ratios.actor_may_step(in_flight=len(self.ring_writes))
@@ -116,15 +116,15 @@ class Actor(Role):
     def step(self) -> None:
         c = self.shared.counters
         if self.local_steps % FINISH_CHECK_EVERY == 0:
-            agreed, hold = self.group.agree_on(c.finish, c.holds_asked > c.holds_made)
+            agreed, cut = self.group.agree_on(c.finish, c.cuts_asked > c.cuts_made)
             if agreed:
                 c.finished_by = agreed
                 self.finished = True  # every replica's actor stops at this same step
                 c.actor_done = 1
                 return
-            if hold:  # every replica's state is cut here; its first step() after it agrees again
-                c.held_actor_steps = self._staged()
-                c.holds_made += 1
+            if cut:  # every replica's state is cut here; its first step() after it agrees again
+                c.cut_actor_steps = self._staged()
+                c.cuts_made += 1
                 self.shared.wake()
                 return
         if self.local_steps % self.settings.pull_every == 0:

@@ -117,12 +117,12 @@ class CutPart:
     def due(self) -> bool:
         """Whether this role is to hand in its part of a cut now (before its next step)."""
         c = self.counters
-        cut = c.holds_made
+        cut = c.cuts_made
         if cut <= self.served:
             return False
         if self.name == "actor":
             return True  # it stopped at the agreed step, and steps on only after handing in
-        seen = "holds_seen_v" if self.name == "v_learner" else "holds_seen_p"
+        seen = "cuts_seen_v" if self.name == "v_learner" else "cuts_seen_p"
         if getattr(c, seen) < cut:
             setattr(c, seen, cut)
             self.wake()
@@ -130,7 +130,7 @@ class CutPart:
         return c.critic_updates == critic if self.name == "v_learner" else c.policy_updates == policy
 
     def tag(self) -> str:
-        return f"cut {self.counters.holds_made}"
+        return f"cut {self.counters.cuts_made}"
 
 
 def serve(
@@ -169,7 +169,7 @@ def serve(
             role.idle()
             state = {**role.state_dict(), "rng": rng_state(), "counts": shared.counters.as_dict()}
             hand_in(shared, cut.tag(), name, state)
-            cut.served = shared.counters.holds_made
+            cut.served = shared.counters.cuts_made
             continue
         role.step()
     if isinstance(role, Actor):

@@ -196,10 +196,10 @@ class OffPolicyRunner(Runner):
         self.cut = None
         if c.actor_done:
             return self.ratios.caught_up()
-        if wanted and c.holds_asked <= c.holds_made == self.cuts_taken:
-            c.holds_asked = c.holds_made + 1  # the actor asks at its next agreement
-        if c.holds_made > self.cuts_taken:
-            self.cut = c.holds_made
+        if wanted and c.cuts_asked <= c.cuts_made == self.cuts_taken:
+            c.cuts_asked = c.cuts_made + 1  # the actor asks at its next agreement
+        if c.cuts_made > self.cuts_taken:
+            self.cut = c.cuts_made
         return self.cut is not None
 
     def checkpoint(self) -> dict:
@@ -230,7 +230,7 @@ class OffPolicyRunner(Runner):
             **self.counters.as_dict(RatioCounters.launch),  # the launch's, which no role changes
             "env_steps": actor["env_steps"],
             "episodes": actor["episodes"],
-            "actor_steps": self.counters.held_actor_steps,
+            "actor_steps": self.counters.cut_actor_steps,
             "critic_updates": v["critic_updates"],
             "policy_updates": p["policy_updates"],
         }

@@ -1,8 +1,8 @@
 """train.py, with how long each checkpoint took its roles to hand in, printed to stderr.
 
-    python bench/checkpoint_hold.py task=Ant runtime.max_time_s=60 runtime.checkpoint_every=8192 \\
+    python bench/checkpoint_handin.py task=Ant runtime.max_time_s=60 runtime.checkpoint_every=8192 \\
         runtime.eval_every=1000000000
-    torchrun --standalone --nproc_per_node=2 bench/checkpoint_hold.py task=Ant runtime.device=cpu ...
+    torchrun --standalone --nproc_per_node=2 bench/checkpoint_handin.py task=Ant runtime.device=cpu ...
 
 Process mode only. One replica: the time from the main process asking its roles for their states
 to the last one arriving (ProcessRuntime.collect_states). Several: the time from the main process
@@ -30,7 +30,7 @@ def timed(name: str, what: str) -> None:
     def wrapper(self, *args, **kwargs):
         start = time.monotonic()
         out = original(self, *args, **kwargs)
-        print(f"checkpoint_hold: rank {RANK}: {what} {time.monotonic() - start:.3f} s", file=sys.stderr, flush=True)
+        print(f"checkpoint_handin: rank {RANK}: {what} {time.monotonic() - start:.3f} s", file=sys.stderr, flush=True)
         return out
 
     setattr(ProcessRuntime, name, wrapper)
