@@ -127,7 +127,7 @@ def stem_of(stem: str, rank: int) -> str:
 
 
 def owned_by(name: str, rank: int) -> bool:
-    """Whether the bulk file `name` was written by rank `rank`."""
+    """Whether the file `name` (a bulk file, or a shard: pql/runtime/shards.py) was written by rank `rank`."""
     marks = re.findall(r"\.rank(\d+)-", name)
     return (int(marks[-1]) if marks else 0) == rank
 

@@ -133,12 +133,7 @@ def spread(replicas: Replicas, value: int) -> tuple[int, int]:
 def lead_run_dir(replicas: Replicas, run_dir: str) -> str:
     """Rank 0's run directory, absolute, for every replica (each writes its checkpoint shard
     there, and checkpoint=auto looks there), in one broadcast of the main group."""
-    if replicas.world == 1:
-        return run_dir
-    path = [os.path.abspath(run_dir)]
-    with _collective("the broadcast of rank 0's run directory"):
-        dist.broadcast_object_list(path, src=0)
-    return path[0]
+    return run_dir if replicas.world == 1 else str(from_lead(replicas, os.path.abspath(run_dir)))
 
 
 def gather_at_lead(replicas: Replicas, value: object) -> list | None:
@@ -157,7 +152,7 @@ def from_lead(replicas: Replicas, value: object) -> object:
     if replicas.world == 1:
         return value
     box = [value]
-    with _collective("the broadcast of rank 0's checkpoint"):
+    with _collective("a broadcast from rank 0"):
         dist.broadcast_object_list(box, src=0)
     return box[0]
 

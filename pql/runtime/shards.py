@@ -22,10 +22,9 @@ CRC-32) before anything is built, then gives every rank its own (`replica_state`
 from __future__ import annotations
 
 import os
-import re
 import uuid
 
-from pql.bulk import BulkError, check_bulk, descriptions, file_crc32, remove_unreferenced
+from pql.bulk import BulkError, check_bulk, descriptions, file_crc32, owned_by, remove_unreferenced
 from pql.checkpoint import CheckpointError, CheckpointWriteError, load_checkpoint, save_checkpoint
 from pql.runtime.distributed import Replicas, from_lead, gather_at_lead
 
@@ -86,11 +85,9 @@ def commit(replicas: Replicas, path: str, header: dict, state: dict) -> None:
 
 
 def _remove_shards(directory: str, keep: set[str], rank: int) -> None:
-    if rank == 0:
-        return
-    pattern = re.compile(rf"checkpoint\.rank{rank}-[0-9a-f]{{8}}\.pt$")
+    """Delete rank `rank`'s shards in `directory` that are not in `keep` (rank 0 has none)."""
     for name in os.listdir(directory):
-        if pattern.match(name) and name not in keep:
+        if rank > 0 and name.startswith("checkpoint.rank") and name not in keep and owned_by(name, rank):
             os.remove(os.path.join(directory, name))
 
 

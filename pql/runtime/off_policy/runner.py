@@ -81,8 +81,7 @@ class OffPolicyRunner(Runner):
         else:
             self.counters.start_launch(settings.warmup_steps)
         self.ratios = make_ratios(settings.ratios, self.shared)
-        self.cut: int | None = None  # the cut checkpoint_ready found agreed, for checkpoint() to take
-        self.cuts_taken = 0
+        self.cuts_taken = 0  # the latest cut whose parts this replica has taken
         self.roles: dict[str, Role] = {}
         self.processes: ProcessRuntime | None = None
         if self.ctx is None:
@@ -193,19 +192,23 @@ class OffPolicyRunner(Runner):
         if self.processes is None or self.world == 1:
             return wanted
         c = self.counters
-        self.cut = None
         if c.actor_done:
             return self.ratios.caught_up()
         if wanted and c.cuts_asked <= c.cuts_made == self.cuts_taken:
             c.cuts_asked = c.cuts_made + 1  # the actor asks at its next agreement
-        if c.cuts_made > self.cuts_taken:
-            self.cut = c.cuts_made
-        return self.cut is not None
+        return self._agreed_cut() is not None
+
+    def _agreed_cut(self) -> int | None:
+        """The number of the cut the actors agreed on and this replica has not taken yet."""
+        c = self.counters
+        cut = c.cuts_made
+        return cut if self.processes is not None and not c.actor_done and cut > self.cuts_taken else None
 
     def checkpoint(self) -> dict:
-        if self.processes is not None and self.cut is not None:
-            roles = self.processes.collect_parts(f"cut {self.cut}")
-            self.cuts_taken, self.cut = self.cut, None
+        if (cut := self._agreed_cut()) is not None:
+            assert self.processes is not None
+            roles = self.processes.collect_parts(f"cut {cut}")
+            self.cuts_taken = cut
             counts = self._counts_at_cut(roles)
         elif self.processes is not None:
             roles, counts = self.processes.collect_states()
