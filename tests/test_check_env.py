@@ -1,5 +1,6 @@
-"""pql.check_env: a real task passes every check, and each breach of the BatchedEnv protocol is a
-finding of its own check, named with what to fix; the command line exits 0 or 2 with one line."""
+"""The env contract (tasks/contract.py) and its command line (pql.check_env): a real task passes
+every check, and each breach of the BatchedEnv protocol is a finding of its own check, named with
+what to fix; the command line exits 0 or 2 with one line."""
 
 import time
 
@@ -7,8 +8,9 @@ import pytest
 import torch
 
 import tasks
-from pql.check_env import QUICK_CHECKS, Finding, check_contract, main, raise_on_findings, run_checks
+from pql.check_env import main
 from tasks.base import BatchedEnv, TaskError
+from tasks.contract import QUICK_CHECKS, Finding, check_contract, raise_on_findings, run_checks
 
 CPU = torch.device("cpu")
 

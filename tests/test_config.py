@@ -214,7 +214,7 @@ def numeric_keys(value, prefix=""):
 @pytest.mark.parametrize("algo", ["pql", "pql_d", "sac", "ppo", "impala"])
 def test_every_numeric_key_rejects_nan_and_infinities(algo):
     base = composed([f"algo={algo}"])
-    keys = [f"algo.{k}" for k in numeric_keys(ALGORITHMS[algo].config())]
+    keys = [f"algo.{k}" for k in numeric_keys(ALGORITHMS[algo].config_class()())]
     keys += [k for k in numeric_keys(Config()) if not k.startswith("algo.")]
     assert len(keys) > 30
     for key in keys:
@@ -287,7 +287,7 @@ def with_task_defaults(algo):
 def test_composed_defaults_are_the_dataclass_defaults(name):
     raw = composed([f"algo={name}"])
     raw["run_dir"] = Config().run_dir  # Hydra's run directory, the one composed value that is no default
-    expected = Config(algo=ALGORITHMS[name].config())
+    expected = Config(algo=ALGORITHMS[name].config_class()())
     assert raw == plain(expected)
     expected.algo = with_task_defaults(expected.algo)
     assert load_config(raw) == expected
@@ -398,8 +398,8 @@ def test_load_config_picks_the_class_by_name(name, cls):
 
 
 def test_off_policy_algorithms_share_the_off_policy_keys():
-    assert all(issubclass(ALGORITHMS[n].config, OffPolicyConfig) for n in ("pql", "pql_d", "sac"))
-    assert not any(issubclass(ALGORITHMS[n].config, OffPolicyConfig) for n in ("ppo", "impala"))
+    assert all(issubclass(ALGORITHMS[n].config_class(), OffPolicyConfig) for n in ("pql", "pql_d", "sac"))
+    assert not any(issubclass(ALGORITHMS[n].config_class(), OffPolicyConfig) for n in ("ppo", "impala"))
 
 
 @pytest.mark.parametrize("name", ["ppo", "impala"])

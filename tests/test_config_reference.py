@@ -37,7 +37,10 @@ def test_the_reference_page_is_generated():
 
 def test_every_key_is_in_the_reference():
     reference = reference_markdown()
-    every = [*keys(Config, ""), *(key for algorithm in ALGORITHMS.values() for key in keys(algorithm.config, "algo."))]
+    every = [
+        *keys(Config, ""),
+        *(key for algorithm in ALGORITHMS.values() for key in keys(algorithm.config_class(), "algo.")),
+    ]
     assert "runtime.policy_publish_every" in every and "algo.num_atoms" in every
     assert [key for key in every if f"`{key}`" not in reference] == []
 

@@ -1,11 +1,14 @@
-"""No module of pql imports a module that imports it back, not even under TYPE_CHECKING: the
-contracts (pql/runtime/contracts.py, pql/algos/rules.py) are subclassed where each runner, role
-and rules class is defined, never gathered in a registry that imports them all.
+"""No module of pql or tasks imports a module that imports it back, not even under TYPE_CHECKING
+or inside a function: the contracts (pql/runtime/contracts.py, pql/algos/rules.py, tasks/base.py)
+are subclassed where each runner, role, rules class and env is defined, never gathered in a
+registry that imports them all, and the runtime imports no command-line module.
 
-An edge is an import made when the module is imported: at its top level, in a module-level `if`
-(TYPE_CHECKING included) or `try`. An import inside a function is made when it is called, which
-is how the command line keeps torch out of `--help`, and one under `if __name__ == "__main__":`
-only when the module runs as a program; neither can close a circle at import time."""
+An edge is any import statement of a module: at its top level, in a module-level `if`
+(TYPE_CHECKING included) or `try`, and inside a function or class. An import inside a function
+cannot fail at import time (it is how the command line keeps torch out of `--help`), but two
+modules that import each other, however late, are one module split in two. Only an import under
+`if __name__ == "__main__":` is left out: it is made when the module runs as a program, as the
+program's own start."""
 
 import ast
 import os
@@ -16,9 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def modules() -> dict[str, str]:
-    """{dotted name: path} of every module of the pql package."""
+    """{dotted name: path} of every module of the pql and tasks packages."""
     found = {}
-    for folder, _, files in os.walk(os.path.join(ROOT, "pql")):
+    for folder, _, files in (entry for package in ("pql", "tasks") for entry in os.walk(os.path.join(ROOT, package))):
         for name in files:
             if name.endswith(".py"):
                 path = os.path.join(folder, name)
@@ -36,25 +39,26 @@ def _main_guard(node: ast.stmt) -> bool:
     )
 
 
-def _import_time_statements(body: list[ast.stmt]):
+def _import_statements(body: list[ast.stmt]):
+    """Every import statement in `body` and the blocks nested in it, but for a __main__ guard's."""
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and not _main_guard(node):
-            yield from _import_time_statements(node.body)
-            yield from _import_time_statements(node.orelse)
-        elif isinstance(node, ast.Try):
-            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
-                yield from _import_time_statements(block)
+        elif not _main_guard(node):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    yield from _import_statements([child])
+                elif isinstance(child, ast.ExceptHandler):
+                    yield from _import_statements(child.body)
 
 
 def imported(name: str, path: str, known: dict[str, str]) -> set[str]:
-    """The pql modules that module `name` imports at import time."""
+    """The modules of `known` that module `name` imports (_import_statements)."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
     targets = set()
-    for node in _import_time_statements(tree.body):
+    for node in _import_statements(tree.body):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
@@ -108,9 +112,22 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_module_imports_one_that_imports_it_back():
     known = modules()
     graph = {name: imported(name, path, known) for name, path in known.items()}
-    assert "pql.runtime.contracts" in graph and "pql.algos.rules" in graph
+    assert "pql.runtime.contracts" in graph and "tasks.base" in graph
     assert graph["pql.algos.pql"] >= {"pql.algos.rules"}  # the edges are read
+    assert "pql.runtime.run" in graph["pql.cli"]  # so are the imports inside functions
     assert cycles(graph) == []
+
+
+def test_imports_inside_functions_and_classes_are_edges_and_a_main_guards_are_not():
+    source = (
+        "import pql.a\n"
+        "def f():\n    from pql import b\n"
+        "class C:\n    def g(self):\n        try:\n            import pql.c\n        except ImportError:\n"
+        "            import pql.d\n"
+        "if __name__ == '__main__':\n    import pql.e\n"
+    )
+    found = {alias.name for node in _import_statements(ast.parse(source).body) for alias in node.names}
+    assert found == {"pql.a", "b", "pql.c", "pql.d"}
 
 
 def test_a_registry_under_type_checking_would_be_a_cycle():
@@ -123,7 +140,7 @@ def test_a_registry_under_type_checking_would_be_a_cycle():
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pql.algos.pql import PQL\n"
     tree_edges = {
         node.module
-        for node in _import_time_statements(ast.parse(source).body)
+        for node in _import_statements(ast.parse(source).body)
         if isinstance(node, ast.ImportFrom) and node.module != "typing"
     }
     graph["pql.algos.rules"] |= tree_edges

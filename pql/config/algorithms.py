@@ -6,8 +6,6 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from pql.config.schema import ImpalaConfig, PPOConfig, PQLConfig, PQLDConfig, SACConfig
-
 
 def _load(target: str):
     module, attribute = target.split(":")
@@ -16,12 +14,16 @@ def _load(target: str):
 
 @dataclass(frozen=True)
 class Algorithm:
-    """An algorithm: its config class, and its update rules and runner as "module:attribute",
-    imported on use so that importing pql.config never imports torch."""
+    """An algorithm: its config class, update rules and runner as "module:attribute", imported on
+    use: the rules and runner so that importing pql.config never imports torch, the config class
+    so that pql/config/schema.py, whose algo.name is checked against this registry, can import it."""
 
-    config: type
+    config: str
     rules: str
     runner: str
+
+    def config_class(self) -> type:
+        return _load(self.config)
 
     def load_rules(self):
         return _load(self.rules)
@@ -30,10 +32,13 @@ class Algorithm:
         return _load(self.runner)
 
 
+_OFF_POLICY = "pql.runtime.off_policy.runner:OffPolicyRunner"
 ALGORITHMS = {
-    "pql": Algorithm(PQLConfig, "pql.algos.pql:PQL", "pql.runtime.off_policy.runner:OffPolicyRunner"),
-    "pql_d": Algorithm(PQLDConfig, "pql.algos.pql:PQL", "pql.runtime.off_policy.runner:OffPolicyRunner"),
-    "sac": Algorithm(SACConfig, "pql.algos.sac:SAC", "pql.runtime.off_policy.runner:OffPolicyRunner"),
-    "ppo": Algorithm(PPOConfig, "pql.algos.ppo:PPO", "pql.runtime.on_policy.ppo_runner:PPORunner"),
-    "impala": Algorithm(ImpalaConfig, "pql.algos.impala:Impala", "pql.runtime.on_policy.impala_runner:ImpalaRunner"),
+    "pql": Algorithm("pql.config.schema:PQLConfig", "pql.algos.pql:PQL", _OFF_POLICY),
+    "pql_d": Algorithm("pql.config.schema:PQLDConfig", "pql.algos.pql:PQL", _OFF_POLICY),
+    "sac": Algorithm("pql.config.schema:SACConfig", "pql.algos.sac:SAC", _OFF_POLICY),
+    "ppo": Algorithm("pql.config.schema:PPOConfig", "pql.algos.ppo:PPO", "pql.runtime.on_policy.ppo_runner:PPORunner"),
+    "impala": Algorithm(
+        "pql.config.schema:ImpalaConfig", "pql.algos.impala:Impala", "pql.runtime.on_policy.impala_runner:ImpalaRunner"
+    ),
 }

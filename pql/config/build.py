@@ -191,7 +191,7 @@ def load_config(raw: dict) -> Config:
     algo_name = algo_raw.get("name", Config().algo.name)
     if not isinstance(algo_name, str) or algo_name not in ALGORITHMS:
         raise ConfigError("algo.name", algo_name, algo_names())
-    algo = _build(ALGORITHMS[algo_name].config, algo_raw, "algo")
+    algo = _build(ALGORITHMS[algo_name].config_class(), algo_raw, "algo")
     cfg = _build(Config, raw, "")
     cfg.algo = algo
     if isinstance(algo, OffPolicyConfig) and algo.nstep is None:

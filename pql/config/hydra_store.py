@@ -26,4 +26,4 @@ def register_configs() -> None:
     del base["algo"]
     store.store(name="pql_base", node=base)
     for name, algorithm in ALGORITHMS.items():
-        store.store(group="algo", name=name, node=to_dict(algorithm.config()))
+        store.store(group="algo", name=name, node=to_dict(algorithm.config_class()()))

@@ -56,7 +56,7 @@ def _algo_reference() -> list[str]:
         f"**algo**: {name.metadata['doc']} (`algo.name`, default `{default.name}`): {allowed_text(name)}. "
         "Each has its own keys."
     ]
-    name_of = {algorithm.config: algo_name for algo_name, algorithm in ALGORITHMS.items()}
+    name_of = {algorithm.config_class(): algo_name for algo_name, algorithm in ALGORITHMS.items()}
     off_policy = [n for cls, n in name_of.items() if issubclass(cls, OffPolicyConfig)]
     tables: list[tuple[str, type, type | None]] = [
         (f"*{', '.join(off_policy[:-1])} and {off_policy[-1]} share*", OffPolicyConfig, None)

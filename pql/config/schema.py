@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from pql.config.algorithms import ALGORITHMS
 from pql.config.fields import (
     at_least_one,
     device_name,
@@ -33,23 +34,14 @@ def task_names() -> str:
     return f"one of {', '.join(TASK_NAMES)}, dmc/<domain>-<task>, or gym:<EnvId>, <module>:<factory> or isaacgym/<Task>"
 
 
-def _registered_algorithms() -> dict:
-    # The registry holds the classes below, so importing it at the top would be a cycle.
-    from pql.config.algorithms import ALGORITHMS
-
-    return ALGORITHMS
-
-
 def algo_names() -> str:
     """What algo.name allows."""
-    return f"one of {', '.join(_registered_algorithms())}"
+    return f"one of {', '.join(ALGORITHMS)}"
 
 
 def _algo_name(default=dataclasses.MISSING):
     """An algorithm config's `name`: `load_config` picks the class by it (pql/config/algorithms.py)."""
-    return option(
-        default, algo_names, lambda v: v in _registered_algorithms(), doc="the algorithm, picked with `algo=<name>`"
-    )
+    return option(default, algo_names, lambda v: v in ALGORITHMS, doc="the algorithm, picked with `algo=<name>`")
 
 
 @dataclass

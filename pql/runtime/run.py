@@ -38,7 +38,6 @@ import torch
 from torch import nn
 
 from pql.bulk import BulkError, descriptions, locate, remove_unreferenced
-from pql.check_env import check_contract, raise_on_findings
 from pql.checkpoint import (
     FILE_NAME,
     CheckpointError,
@@ -75,6 +74,7 @@ from pql.runtime.settings import MonitorSettings, ResumeSettings, RunSettings, l
 from pql.runtime.shards import commit, replica_state
 from pql.runtime.stopping import FINISH, GO_ON, Stopped, StopSignals, by_signal, signal_name
 from tasks import task_form
+from tasks.contract import check_contract, raise_on_findings
 
 # cfg/config.yaml's hydra.run.dir, runs/<date>_<time>_<task>_<algo>: new at every launch.
 HYDRA_DEFAULT_RUN_DIR = re.compile(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_")
