@@ -17,6 +17,7 @@ def build_env(task_cfg, num_envs: int, device, seed: int):
         backend=task_cfg.backend,
         kwargs=task_cfg.kwargs,
         import_module=task_cfg.import_module,
+        policy_group=task_cfg.policy_group,
         vectorization=task_cfg.vectorization,
         action_repeat=task_cfg.action_repeat,
     )

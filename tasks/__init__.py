@@ -72,6 +72,7 @@ def make(
     import_module: str | None = None,
     vectorization: str = "async",
     action_repeat: int = 1,
+    policy_group: str | None = None,
 ) -> BatchedEnv:
     """A batched env of `num_envs` copies of task `name`, its tensors on `device`.
 
@@ -82,7 +83,9 @@ def make(
     (dmc/ tasks only; tasks.mujoco.env.MujocoEnv).
     kwargs: the env's keyword arguments (gym:<EnvId>: gym.make's; <module>:<factory>: the
     factory's); import_module: imported before a gym:<EnvId> is made (where a package registers
-    its ids); vectorization: "async" or "sync" Gymnasium vector env, for gym:<EnvId>.
+    its ids); vectorization: "async" or "sync" Gymnasium vector env, for gym:<EnvId>;
+    policy_group: the observation group the policy sees, for a <module>:<factory> env with groups
+    (tasks/rsl_rl_env.py; None: "policy", else "actor").
     Raises TaskError for an unknown task or backend, num_envs <= 0, an unusable device, or an
     env that the adapters refuse (the message says why).
     """
@@ -111,6 +114,10 @@ def make(
         raise TaskError(
             f"task {name}: task.import_module is for gym:<EnvId> tasks (a factory's module is imported anyway)"
         )
+    if policy_group is not None and form != "factory":
+        raise TaskError(
+            f"task {name}: policy_group names an observation group of a <module>:<factory> env; leave it None"
+        )
     if form == "isaacgym":
         from .isaacgym import make_isaacgym_env
 
@@ -122,7 +129,7 @@ def make(
     if form == "factory":
         from .factory import make_factory_env
 
-        return make_factory_env(name, num_envs, device, int(seed), kwargs)
+        return make_factory_env(name, num_envs, device, int(seed), kwargs, policy_group)
     chosen = resolve_backend(backend, device)
     if backend == "auto":
         print(f"tasks: {name} x{num_envs} on {device} with backend '{chosen}' (auto)")

@@ -5,9 +5,10 @@ wrappers implement) has `num_envs`, `num_actions`, `max_episode_length`, `device
 `get_observations()` and `step(actions) -> (obs, rewards, dones, extras)`; envs reset themselves
 inside `step`. What the adapter does with it:
 
-- **Observations.** A TensorDict (or mapping) of groups gives its "policy" group, what the policy
-  sees (Isaac Lab's and mjlab's name); a tensor is taken as it is; rsl_rl 2's `(obs, extras)`
-  pair gives its first element. Observations are flattened to [N, obs_dim] float32.
+- **Observations.** A TensorDict (or mapping) of groups gives one group to the policy:
+  `policy_group` (task.policy_group) where named, else "policy" (Isaac Lab's name) where the env
+  has it, else "actor" (mjlab's). A tensor is taken as it is; rsl_rl 2's `(obs, extras)` pair
+  gives its first element. Observations are flattened to [N, obs_dim] float32.
 - **Done flags.** `dones` marks every finished episode, `extras["time_outs"]` those cut by the
   step limit: truncated = dones & time_outs, terminated = dones & ~time_outs. An env without
   "time_outs" has only terminations.
@@ -40,7 +41,8 @@ import torch
 from .base import ActionCheck, BatchedEnv, TaskError, resolve_device
 
 VEC_ENV_MEMBERS = ("num_envs", "num_actions", "max_episode_length", "device", "get_observations", "step")
-POLICY_GROUP = "policy"
+# The policy's group when none is named, in order of preference: Isaac Lab's name, then mjlab's.
+POLICY_GROUPS = ("policy", "actor")
 
 
 def missing_vec_env_members(env) -> list[str]:
@@ -53,9 +55,11 @@ class RslRlEnv(BatchedEnv):
 
     deterministic = False  # rsl_rl's interface promises no repeatable trajectory (GPU simulators seldom give one)
 
-    def __init__(self, vec_env):
+    def __init__(self, vec_env, policy_group: str | None = None):
         self.vec_env = vec_env
         self.name = type(vec_env).__name__
+        self._named_group = policy_group
+        self._group: str | None = None  # the policy's group, once the first observations are seen
         self.num_envs = int(vec_env.num_envs)
         self.act_dim = int(vec_env.num_actions)
         self.device = resolve_device(vec_env.device)
@@ -83,22 +87,40 @@ class RslRlEnv(BatchedEnv):
         return (torch.as_tensor(np.array(b), device=self.device) for b in (low, high))  # type: ignore[return-value]
 
     def _policy_obs(self, obs, where: str) -> torch.Tensor:
-        """obs as [N, obs_dim] float32: the "policy" group of a TensorDict or mapping, a tensor as it is."""
+        """obs as [N, obs_dim] float32: the policy's group of a TensorDict or mapping, a tensor as it is."""
         if isinstance(obs, tuple):  # rsl_rl 2: (obs, extras)
             obs = obs[0]
         if isinstance(obs, Mapping) or hasattr(obs, "keys"):
-            keys = list(obs.keys())
-            if POLICY_GROUP not in keys:
-                raise TaskError(
-                    f"{self.name}: {where} returned observation groups {', '.join(map(str, keys))} and no "
-                    f"{POLICY_GROUP!r} group, which is what pql's policy sees"
-                )
-            obs = obs[POLICY_GROUP]
+            obs = obs[self._policy_group(list(obs.keys()), where)]
+        elif self._named_group is not None:
+            raise TaskError(
+                f"{self.name}: task.policy_group={self._named_group} names an observation group, but {where} "
+                f"returned a {type(obs).__name__}, not groups; leave task.policy_group null"
+            )
         if not isinstance(obs, torch.Tensor):
             raise TaskError(f"{self.name}: {where} returned a {type(obs).__name__}, not a tensor or TensorDict")
         if obs.shape[0] != self.num_envs:
             raise TaskError(f"{self.name}: {where} returned {tuple(obs.shape)} observations for {self.num_envs} envs")
         return obs.reshape(self.num_envs, -1).to(self.device, torch.float32, copy=True)
+
+    def _policy_group(self, keys: list, where: str) -> str:
+        """The group of `keys` the policy sees: the named one, else the first of POLICY_GROUPS there."""
+        if self._group in keys:
+            return self._group
+        wanted = [self._named_group] if self._named_group is not None else list(POLICY_GROUPS)
+        found = [group for group in wanted if group in keys]
+        if not found:
+            missing = (
+                f"no {self._named_group!r} group (task.policy_group)"
+                if self._named_group is not None
+                else f"neither {' nor '.join(map(repr, POLICY_GROUPS))}"
+            )
+            raise TaskError(
+                f"{self.name}: {where} returned observation groups {', '.join(map(str, keys))} and {missing}; "
+                f"name the group the policy sees with task.policy_group=<group>"
+            )
+        self._group = found[0]
+        return self._group
 
     def reset(self) -> torch.Tensor:
         reset = getattr(self.vec_env, "reset", None)

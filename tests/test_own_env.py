@@ -83,20 +83,41 @@ def test_rsl_rl_envs_keep_termination_and_truncation_apart_and_give_the_final_ob
 
 
 class GroupsOnly:
-    """rsl_rl's interface with observation groups but no "policy" group."""
+    """rsl_rl's interface with observation groups "critic" and "extra", and no policy group."""
 
     num_envs, num_actions, max_episode_length, device = 2, 1, 10, "cpu"
 
     def get_observations(self):
-        return TensorDict({"critic": torch.zeros(2, 3)}, batch_size=[2])
+        return TensorDict({"critic": torch.zeros(2, 3), "extra": torch.ones(2, 5)}, batch_size=[2])
 
     def step(self, actions):
         return self.get_observations(), torch.zeros(2), torch.zeros(2), {}
 
 
-def test_an_rsl_rl_env_without_a_policy_group_is_refused_naming_its_groups():
-    with pytest.raises(tasks.TaskError, match="groups critic and no 'policy' group"):
+class ActorAndCritic(GroupsOnly):
+    """mjlab's groups: "actor" (2 numbers) and "critic" (3)."""
+
+    def get_observations(self):
+        return TensorDict({"actor": torch.ones(2, 2), "critic": torch.zeros(2, 3)}, batch_size=[2])
+
+
+def test_the_policy_sees_the_named_group_else_policy_else_actor():
+    assert RslRlEnv(ActorAndCritic()).obs_dim == 2  # mjlab's "actor"
+    assert RslRlEnv(GroupsOnly(), policy_group="extra").obs_dim == 5
+    assert RslRlEnv(ActorAndCritic(), policy_group="critic").obs_dim == 3
+
+
+def test_an_rsl_rl_env_without_the_policys_group_is_refused_naming_its_groups():
+    with pytest.raises(tasks.TaskError, match="groups critic, extra and neither 'policy' nor 'actor'; name"):
         RslRlEnv(GroupsOnly())
+    with pytest.raises(tasks.TaskError, match="groups actor, critic and no 'proprio' group \\(task.policy_group\\)"):
+        RslRlEnv(ActorAndCritic(), policy_group="proprio")
+    with pytest.raises(tasks.TaskError, match="task.policy_group=actor names an observation group, but .* Tensor"):
+        RslRlEnv(TensorObs(), policy_group="actor")
+    with pytest.raises(tasks.TaskError, match="returned a pql BatchedEnv"):
+        tasks.make("examples.own_env:make_env", 2, "cpu", policy_group="actor")
+    with pytest.raises(tasks.TaskError, match="policy_group names an observation group of a <module>:<factory> env"):
+        tasks.make("InvertedPendulum", 2, "cpu", policy_group="actor")
 
 
 class TensorObs(GroupsOnly):
@@ -161,11 +182,14 @@ def test_the_command_line_writes_each_form_as_its_group_option_and_name():
         expand_task_forms(["-m", "task=gym:Pendulum-v1,Ant"])
 
 
-def test_kwargs_and_import_module_are_refused_for_pql_tasks(make_config):
+def test_kwargs_import_module_and_policy_group_are_refused_where_they_do_not_apply(make_config):
     with pytest.raises(ConfigError, match="task.kwargs"):
         make_config(["task=Ant", "++task.kwargs.x=1"])
     with pytest.raises(ConfigError, match="task.import_module"):
         make_config(["task=examples.own_env:make_env", "task.import_module=gymnasium_robotics"])
+    with pytest.raises(ConfigError, match="task.policy_group"):
+        make_config(["task=gym:Pendulum-v1", "task.policy_group=actor"])
+    assert make_config([f"task={RSL_RL_TASK}", "task.policy_group=actor"]).task.policy_group == "actor"
 
 
 def test_a_task_refused_leaves_no_run_directory(tmp_path):

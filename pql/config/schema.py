@@ -98,6 +98,12 @@ class TaskConfig:
         "a module name such as gymnasium_robotics",
         doc="a module a gym:<EnvId> task imports first, where a package registers its ids",
     )
+    policy_group: str | None = option(
+        None,
+        "an observation group's name such as policy or actor",
+        doc="the observation group the policy sees, of a <module>:<factory> env with groups (an rsl_rl "
+        "VecEnv's TensorDict); null: policy where the env has it, else actor",
+    )
     vectorization: str = option(
         "async",
         "one of async, sync",
