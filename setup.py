@@ -40,18 +40,21 @@ setup(
         # pql.kernels reads triton.knobs, new in Triton 3.4.
         "triton>=3.4",
         "numpy>=1.24",
-        # tasks/mujoco/physics_mjwarp.py uses mujoco_warp.OverflowType (3.12 on); before 3.17 the
-        # elliptic-cone solver divides by zero on Warp's CPU device for a model sized for no
-        # contacts (InvertedPendulum, nconmax=0, in tests/test_tasks_parity.py).
-        # mujoco-warp 3.17 needs mujoco 3.13 and warp-lang 1.15.
-        "mujoco>=3.13",
-        "mujoco-warp>=3.17",
+        # MuJoCo and MuJoCo Warp as low as mjlab 1.6 pins them (mujoco~=3.11, mujoco-warp~=3.11),
+        # so that pql installs beside it. tasks/mujoco/physics_mjwarp.py reads the few places where
+        # MuJoCo Warp 3.11 differs from its later releases, and refuses in one line a model it
+        # cannot step (the Shadow hand's, the dog's). warp-lang 1.14 (what mujoco-warp 3.11 asks)
+        # cannot hand a CPU array to torch under numpy 1.24; 1.15 can.
+        "mujoco>=3.11",
+        "mujoco-warp>=3.11",
         "warp-lang>=1.15",
         # task=gym:<EnvId> (tasks/gym_env.py): vector envs with same-step autoreset, new in 1.1.
         "gymnasium>=1.1",
-        # task=dmc/<domain>-<task> (tasks/dmc/): the suite's models and random starts. 1.0.50 reads
-        # MjModel fields that MuJoCo 4 dropped; 1.0.52 is the first for MuJoCo 4.
-        "dm-control>=1.0.52",
+        # task=dmc/<domain>-<task> (tasks/dmc/): the suite's models and random starts. 1.0.44 is the
+        # first for MuJoCo 3.11; up to 1.0.50 it reads MjModel fields that MuJoCo 4 dropped, so with
+        # MuJoCo 4 pip takes 1.0.52 or later (which need mujoco >= 4.0.1), and tasks/dmc refuses an
+        # older one in one line.
+        "dm-control>=1.0.44",
         "hydra-core>=1.3",
         "omegaconf>=2.3",
         "tensorboard>=2.14",
@@ -71,7 +74,7 @@ setup(
             "pytest==9.2.0",
             "gymnasium[mujoco]>=1.1",
             "gymnasium-robotics==1.4.2",
-            "rsl-rl-lib==5.5.1",
+            "rsl-rl-lib>=5.4.2",
             "scipy",
             "wandb",
             "ruff==0.17.6",

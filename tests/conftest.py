@@ -159,3 +159,16 @@ def assert_stopped_at_an_agreed_step(saved: dict, num_envs: int) -> None:
     assert c["env_steps"] > 0 and c["env_steps"] % (FINISH_CHECK_EVERY * num_envs) == 0, c
     assert c["critic_updates"] == algo["beta_av"] * (c["actor_steps"] - algo["warmup_steps"]), c
     assert c["policy_updates"] == c["critic_updates"] // algo["beta_pv"], c
+
+
+def mjwarp_cannot_step(model) -> bool:
+    """Whether this MuJoCo Warp lacks what `model` needs (3.11, mjlab 1.6's pin, has no noslip
+    solver, the dog's, and no multi-CCD with geom margins, the Shadow hand's): pql then refuses it
+    on the mjwarp backend in one line, which a test that steps it there asserts instead."""
+    import mujoco_warp
+
+    try:
+        mujoco_warp.put_model(model)
+    except NotImplementedError:
+        return True
+    return False

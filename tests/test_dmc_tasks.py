@@ -40,6 +40,22 @@ def test_unknown_names_and_misplaced_action_repeat_are_refused(make_config):
         tasks.make("Ant", 1, action_repeat=2)
 
 
+def test_a_dm_control_older_than_mujoco_4s_is_refused_beside_it(monkeypatch):
+    """dm-control up to 1.0.50 reads MjModel fields that MuJoCo 4 dropped: a pip that kept such a
+    pin beside MuJoCo 4 gets one line naming both versions, not an AttributeError inside the suite."""
+    from tasks.dmc import suite
+
+    real = suite.importlib.metadata.version
+    older = lambda name: "1.0.50" if name == "dm-control" else real(name)
+    monkeypatch.setattr(suite.importlib.metadata, "version", older)
+    monkeypatch.setattr(suite.mujoco, "__version__", "4.0.1")
+    suite._import_suite.cache_clear()  # the check runs with the suite's first import in a process
+    with pytest.raises(TaskError, match=r"dm-control 1\.0\.50 does not run on MuJoCo 4\.0\.1.*>= 1\.0\.52"):
+        tasks.make("dmc/cartpole-balance", 2, "cpu", backend="mujoco")
+    monkeypatch.setattr(suite.mujoco, "__version__", "3.11.0")  # where 1.0.44 to 1.0.50 belong
+    assert tasks.make("dmc/cartpole-balance", 2, "cpu", backend="mujoco").num_envs == 2
+
+
 def test_every_suite_task_of_the_issue_is_there():
     benchmarking = {f"dmc/{domain}-{task}" for domain, task in _suite_benchmarking()}
     extra = {f"dmc/quadruped-{t}" for t in ("walk", "run")} | {f"dmc/dog-{t}" for t in ("stand", "walk", "trot", "run")}

@@ -2,6 +2,7 @@
 real checkpoints written by pql's save_checkpoint."""
 
 import csv
+import math
 import os
 import sys
 
@@ -38,7 +39,8 @@ def test_flailing_cheetah_lands_on_its_back(env):
     w = torch.randn(OBS_DIM, ACT_DIM, generator=torch.Generator().manual_seed(1)) * 0.3
     out = posture.rollout(env, lambda obs: torch.tanh(obs @ w), skip_steps=200)
     assert [posture.verdict(float(c)) for c in out["cos_pitch"]] == ["on its back"] * 4
-    assert out["pitch"].abs().min() > 2.5
+    # Past a quarter turn: MuJoCo 4 leaves all four past 2.5 rad, MuJoCo 3.11 one at 2.06.
+    assert out["pitch"].abs().min() > math.pi / 2
 
 
 def write_checkpoint(path, make_config, task: str) -> None:

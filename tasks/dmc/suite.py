@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.metadata
 import logging
 import os
 from typing import Any
@@ -228,6 +229,7 @@ def _import_suite() -> Any:
     never renders through it: MUJOCO_GL=disable unless the user chose a renderer), and MuJoCo's
     own warning handler kept (dm_control points it at absl logging for the whole process), and
     no INFO lines of its own in pql's console."""
+    _check_dm_control_version()
     if not os.environ.get("MUJOCO_GL"):
         os.environ["MUJOCO_GL"] = "disable"
     absl = logging.getLogger("absl")  # its import logs the renderer and MuJoCo's version at INFO
@@ -241,3 +243,22 @@ def _import_suite() -> Any:
         absl.setLevel(level)
         mujoco.set_mju_user_warning(None)
     return suite
+
+
+# dm_control's releases follow MuJoCo's: up to 1.0.50 they read MjModel fields that MuJoCo 4
+# dropped, and 1.0.52 is the first for MuJoCo 4. pip keeps them together unless something pins
+# dm-control low beside MuJoCo 4, which would fail deep inside the suite's first load.
+_FIRST_DM_CONTROL_FOR_MUJOCO_4 = (1, 0, 52)
+
+
+def _check_dm_control_version() -> None:
+    try:
+        version = importlib.metadata.version("dm-control")
+    except importlib.metadata.PackageNotFoundError:
+        return  # the import below says it is missing
+    release = tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+    if int(mujoco.__version__.split(".")[0]) >= 4 and release < _FIRST_DM_CONTROL_FOR_MUJOCO_4:
+        raise TaskError(
+            f"dmc/ tasks: dm-control {version} does not run on MuJoCo {mujoco.__version__}, which needs "
+            "dm-control >= 1.0.52 (pip install -U dm-control)"
+        )

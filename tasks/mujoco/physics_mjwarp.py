@@ -22,6 +22,8 @@ no PGS solver, so a model asking for PGS (Humanoid) runs Newton instead.
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.metadata
 
 import mujoco
 import mujoco_warp as mjw
@@ -61,7 +63,8 @@ _FORWARD_NEEDED = ("qfrc_constraint",)
 
 # The fields of Data that MuJoCo C's mjSTATE_INTEGRATION holds (MuJoCo Warp has no plugin state):
 # the next step recomputes every other field from these. Sleeping trees' state is left out, as C
-# leaves it out; no task enables sleeping.
+# leaves it out; no task enables sleeping. A field this MuJoCo Warp's Data lacks ("plastic" in
+# 3.11) is left out of the state.
 _INTEGRATION = (
     "time",
     "qpos",
@@ -80,15 +83,18 @@ _INTEGRATION = (
 )
 
 # Overflow flags of the buffers make_data sizes -> the Task attribute that sizes them. The
-# solver's iteration-limit flags are not overflows and are left alone.
+# solver's iteration-limit flags are not overflows and are left alone. MuJoCo Warp exports the
+# flags' type from 3.12 on; 3.11 (mjlab 1.6's pin) defines the same bits without exporting them.
+_Overflow = getattr(mjw, "OverflowType", None) or importlib.import_module("mujoco_warp._src.types").OverflowType
 _OVERFLOW_SIZED_BY = {
-    mjw.OverflowType.NEFC: "njmax",
-    mjw.OverflowType.NJMAX_NNZ: "njmax",
-    mjw.OverflowType.BROADPHASE: "nconmax",
-    mjw.OverflowType.NARROWPHASE: "nconmax",
-    mjw.OverflowType.CCD: "nconmax",
+    _Overflow.NEFC: "njmax",
+    _Overflow.NJMAX_NNZ: "njmax",
+    _Overflow.BROADPHASE: "nconmax",
+    _Overflow.NARROWPHASE: "nconmax",
+    _Overflow.CCD: "nconmax",
 }
 _BUFFER_OVERFLOWS = int(sum(_OVERFLOW_SIZED_BY))  # distinct bits: their sum is their union
+_MJWARP_VERSION = importlib.metadata.version("mujoco-warp")
 
 
 class MjwarpPhysics:
@@ -123,8 +129,12 @@ class MjwarpPhysics:
         self._device = wp.device_from_torch(device)
         self._sizes = {"nconmax": task.nconmax, "njmax": task.njmax}
         with wp.ScopedDevice(self._device):
-            self._model = mjw.put_model(model)
-            self._data = mjw.make_data(model, nworld=num_envs, nconmax=task.nconmax, njmax=task.njmax)
+            self._model = _put_model(model, self._task_name)
+            # At least one contact a world: before 3.17 MuJoCo Warp's elliptic-cone solver divides
+            # by the contact buffer's size on the CPU. A task sizes none only where no geom can
+            # collide, so that one is never filled.
+            nconmax = max(task.nconmax, 1)
+            self._data = mjw.make_data(model, nworld=num_envs, nconmax=nconmax, njmax=task.njmax)
         # Overflows raise a TaskError below; Warp's own printf would print once per world per step.
         self._model.opt.warn_overflow = 0
         if self._dm_control:
@@ -133,7 +143,7 @@ class MjwarpPhysics:
             quiet = copy.copy(model)
             quiet.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
             with wp.ScopedDevice(self._device):
-                without_actuation = mjw.put_model(quiet)
+                without_actuation = _put_model(quiet, self._task_name)
             without_actuation.opt.warn_overflow = 0
             self._stages = (lambda _, data: mjw.forward(without_actuation, data),)
         elif any(name in _FORWARD_NEEDED for name in fields):
@@ -153,11 +163,13 @@ class MjwarpPhysics:
                 self._acc_columns = wp.array(acceleration, dtype=wp.int32)
                 self._acc_held = wp.zeros((num_envs, len(acceleration)), dtype=float)
         self._post_constraint = "cfrc_ext" in fields
-        self.state = {name: wp.to_torch(getattr(self._data, name)) for name in fields}
-        self._ctrl = wp.to_torch(self._data.ctrl)
-        self._qpos, self._qvel = wp.to_torch(self._data.qpos), wp.to_torch(self._data.qvel)
-        self._act = wp.to_torch(self._data.act)
-        self._integration = {name: wp.to_torch(getattr(self._data, name)) for name in _INTEGRATION}
+        self.state = {name: _torch_view(getattr(self._data, name)) for name in fields}
+        self._ctrl = _torch_view(self._data.ctrl)
+        self._qpos, self._qvel = _torch_view(self._data.qpos), _torch_view(self._data.qvel)
+        self._act = _torch_view(self._data.act)
+        self._integration = {
+            name: _torch_view(getattr(self._data, name)) for name in _INTEGRATION if hasattr(self._data, name)
+        }
         self._derived = [name for name in fields if name not in _INTEGRATION]
         self._mask = torch.zeros(num_envs, dtype=torch.bool, device=device)
         self._mask_wp = wp.from_torch(self._mask)
@@ -328,6 +340,29 @@ class MjwarpPhysics:
     def close(self) -> None:
         self._graphs.clear()
         self.state, self._model, self._data = {}, None, None
+
+
+def _torch_view(array: wp.array) -> torch.Tensor:
+    """wp.to_torch(array), a zero-copy view; an empty array (no actuator activations, no sensors)
+    as an empty tensor of its shape: Warp passes a CPU array through numpy's array interface,
+    which numpy before 2.0 refuses for a size-0 array."""
+    if array.size:
+        return wp.to_torch(array)
+    scalar = getattr(array.dtype, "_wp_scalar_type_", array.dtype)  # a vector's or matrix's element
+    shape = (*array.shape, *getattr(array.dtype, "_shape_", ()))
+    return torch.empty(shape, dtype=wp.dtype_to_torch(scalar), device=wp.device_to_torch(array.device))
+
+
+def _put_model(model: mujoco.MjModel, task_name: str):
+    """mjw.put_model, with what this MuJoCo Warp cannot step refused in one line: 3.11 (mjlab 1.6's
+    pin) lacks the noslip solver (the dog's) and multi-CCD with geom margins (the Shadow hand's)."""
+    try:
+        return mjw.put_model(model)
+    except NotImplementedError as error:
+        raise TaskError(
+            f"{task_name}: MuJoCo Warp {_MJWARP_VERSION} cannot step this model ({error}); use "
+            f"task.backend=mujoco (MuJoCo C) or a newer mujoco-warp (4.0 steps every pql task)"
+        ) from None
 
 
 def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
