@@ -69,7 +69,9 @@ class RslRlEnv(BatchedEnv):
         self._check_actions = ActionCheck(self.num_envs, self.act_dim, self.device)
         self._obs = self._policy_obs(vec_env.get_observations(), "get_observations()")
         self.obs_dim = self._obs.shape[1]
-        self.final_obs_given: bool | None = None  # known at the first step
+        # Whether the env has given extras["final_obs"] at a step so far: one may give it only at the
+        # steps where an env finishes (examples/mjlab_task.py does).
+        self.final_obs_given = False
         if not callable(getattr(vec_env, "reset", None)):
             self.episode_starts = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
 
@@ -138,7 +140,7 @@ class RslRlEnv(BatchedEnv):
         )
         terminated = done & ~truncated
         given = extras.get("final_obs")
-        self.final_obs_given = given is not None
+        self.final_obs_given |= given is not None
         before = self._policy_obs(given, "step()'s extras['final_obs']") if given is not None else self._obs
         final_obs = torch.where(done[:, None], before, obs)
         self._obs = obs

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# pql's tests, in two tiers (README's test commands):
+# pql's tests, in tiers (README's test commands):
 #   bash tests/run.sh [pytest args]         the fast tier: every test but those marked slow (the
 #                                           learning tests, the chaos test and other long runs)
 #   bash tests/run.sh --all [pytest args]   every test: what CI runs (.ci/run)
-# Each tier runs, in order:
+#   bash tests/run.sh --mjlab [pytest args] tests/mjlab, in an environment with mjlab 1.6 beside pql
+#                                           (`pip install torch==2.13.0 mjlab==1.6.0 -e ".[test]"`;
+#                                           mjlab pins MuJoCo 3.11, so the other tiers cannot hold it):
+#                                           CI's second environment
+# The first two tiers run, in order:
 #   0. the static checks: ruff's lint and format check, and mypy's type check of pql/ (all three
 #      configured in pyproject.toml);
 #   1. everything outside tests/kernels, the kernels dispatching to their PyTorch references on
@@ -15,6 +19,11 @@
 # the time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == "--mjlab" ]]; then
+    shift
+    python -m pytest --durations=25 tests/mjlab "$@"
+    exit
+fi
 tier=(-m "not slow")
 if [[ "${1:-}" == "--all" ]]; then
     tier=()
@@ -23,7 +32,7 @@ fi
 ruff check .
 ruff format --check .
 mypy
-python -m pytest --durations=25 tests --ignore=tests/kernels ${tier[@]+"${tier[@]}"} "$@"
+python -m pytest --durations=25 tests --ignore=tests/kernels --ignore=tests/mjlab ${tier[@]+"${tier[@]}"} "$@"
 TRITON_INTERPRET=1 python -m pytest --durations=25 tests/kernels ${tier[@]+"${tier[@]}"} "$@"
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     python -m pytest --durations=25 tests/kernels -m gpu "$@"
