@@ -34,7 +34,7 @@ class FinalObsVecEnv(RslRlVecEnvWrapper):
     def step(self, actions: torch.Tensor):
         obs, reward, dones, extras = super().step(actions)
         extras = dict(extras)  # the env's own dict, which it keeps from step to step
-        finished = dones.nonzero().flatten()
+        finished = dones.nonzero().flatten()  # a host read, as mjlab's own step makes for its resets
         if len(finished):
             extras["final_obs"] = obs.clone()
             new_obs, _ = self.unwrapped.reset(env_ids=finished)
