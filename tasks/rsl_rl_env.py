@@ -59,7 +59,6 @@ class RslRlEnv(BatchedEnv):
         self.vec_env = vec_env
         self.name = type(vec_env).__name__
         self._named_group = policy_group
-        self._group: str | None = None  # the policy's group, once the first observations are seen
         self.num_envs = int(vec_env.num_envs)
         self.act_dim = int(vec_env.num_actions)
         self.device = resolve_device(vec_env.device)
@@ -107,8 +106,6 @@ class RslRlEnv(BatchedEnv):
 
     def _policy_group(self, keys: list, where: str) -> str:
         """The group of `keys` the policy sees: the named one, else the first of POLICY_GROUPS there."""
-        if self._group in keys:
-            return self._group
         wanted = [self._named_group] if self._named_group is not None else list(POLICY_GROUPS)
         found = [group for group in wanted if group in keys]
         if not found:
@@ -121,8 +118,7 @@ class RslRlEnv(BatchedEnv):
                 f"{self.name}: {where} returned observation groups {', '.join(map(str, keys))} and {missing}; "
                 f"name the group the policy sees with task.policy_group=<group>"
             )
-        self._group = found[0]
-        return self._group
+        return found[0]
 
     def reset(self) -> torch.Tensor:
         reset = getattr(self.vec_env, "reset", None)

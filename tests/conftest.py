@@ -17,6 +17,7 @@ from pql.cli import expand_task_forms
 from pql.config import Config, load_config, register_configs, resolve
 from pql.runtime.distributed import FINISH_CHECK_EVERY, Replicas
 from pql.runtime.settings import RunSettings, run_settings
+from tasks.base import TaskError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -172,3 +173,13 @@ def mjwarp_cannot_step(model) -> bool:
     except NotImplementedError:
         return True
     return False
+
+
+def refused_on_mjwarp(model, make) -> bool:
+    """True, once make() is seen to raise pql's one-line refusal, where this MuJoCo Warp cannot
+    step `model` (mjwarp_cannot_step); False where it can, and the caller steps it."""
+    if not mjwarp_cannot_step(model):
+        return False
+    with pytest.raises(TaskError, match="cannot step this model.*task.backend=mujoco"):
+        make()
+    return True

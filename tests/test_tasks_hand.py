@@ -10,7 +10,7 @@ import mujoco
 import numpy as np
 import pytest
 import torch
-from conftest import mjwarp_cannot_step
+from conftest import refused_on_mjwarp
 from scipy import stats
 
 import tasks
@@ -85,16 +85,6 @@ def test_the_model_has_gymnasium_robotics_bodies_joints_tendons_and_actuators():
 def hand_env(num_envs=2, backend="mujoco", task_cls=ShadowHandCube, model=None, seed=0):
     physics = MujocoPhysics if backend == "mujoco" else MjwarpPhysics
     return MujocoEnv(task_cls, num_envs, CPU, seed, physics, model=model)
-
-
-def refused_on_mjwarp(model, make) -> bool:
-    """True, once make() is seen to raise pql's one-line refusal, where this MuJoCo Warp cannot
-    step `model` (conftest.mjwarp_cannot_step); False where it can."""
-    if not mjwarp_cannot_step(model):
-        return False
-    with pytest.raises(tasks.TaskError, match="cannot step this model.*task.backend=mujoco"):
-        make()
-    return True
 
 
 def test_the_task_is_registered_with_isaac_gyms_sizes():

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import importlib.metadata
 
 import mujoco
 import mujoco_warp as mjw
@@ -94,7 +93,6 @@ _OVERFLOW_SIZED_BY = {
     _Overflow.CCD: "nconmax",
 }
 _BUFFER_OVERFLOWS = int(sum(_OVERFLOW_SIZED_BY))  # distinct bits: their sum is their union
-_MJWARP_VERSION = importlib.metadata.version("mujoco-warp")
 
 
 class MjwarpPhysics:
@@ -360,7 +358,7 @@ def _put_model(model: mujoco.MjModel, task_name: str):
         return mjw.put_model(model)
     except NotImplementedError as error:
         raise TaskError(
-            f"{task_name}: MuJoCo Warp {_MJWARP_VERSION} cannot step this model ({error}); use "
+            f"{task_name}: MuJoCo Warp {mjw.__version__} cannot step this model ({error}); use "
             f"task.backend=mujoco (MuJoCo C) or a newer mujoco-warp (4.0 steps every pql task)"
         ) from None
 
