@@ -33,7 +33,7 @@ from learner import CsvRows, standalone_actor, timed
 
 from pql.checkpoint import load_checkpoint
 from pql.config import announce, load_config, resolve
-from pql.envs import to_env_action
+from pql.envs import ObsLayout, to_env_action
 from pql.nets import ObsNormalizer
 from pql.runtime.off_policy.precision import InferenceCopy
 from pql.runtime.off_policy.roles import make_rules
@@ -63,7 +63,7 @@ def inference_ms(rules, policy, obs_dim: int, num_envs: int, device, seconds: fl
 def actor_steps_per_s(cfg, obs_dim: int, act_dim: int, device, seconds: float, resync: bool) -> float:
     """Env steps/s of the real actor role with nothing consuming its output but this loop.
     resync: publish the policy before every step, so the actor refreshes its inference copy."""
-    rules = make_rules(cfg.algo, obs_dim, act_dim)
+    rules = make_rules(cfg.algo, ObsLayout.shared(obs_dim), act_dim)
     policy = rules.make_policy().to(device)
     actor, actor_step = standalone_actor(cfg, rules, obs_dim, act_dim, device)
     shared_policy = actor.shared.weights["policy"]
@@ -166,7 +166,7 @@ def main() -> None:
     probe = tasks.make(args.task, num_envs=1, device=device, seed=0)
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
     probe.close()
-    rules = make_rules(cfg.algo, obs_dim, act_dim)
+    rules = make_rules(cfg.algo, ObsLayout.shared(obs_dim), act_dim)
     policy = rules.make_policy().to(device)
     batches = sorted({cfg.task.num_envs, 4096})
     threads = torch.get_num_threads()

@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.learner import CsvRows, learner_rates, synchronize
 from pql.config import load_config, resolve
+from pql.envs import ObsLayout
 from pql.runtime.distributed import ReplicaGroup, Replicas
 from pql.runtime.off_policy.roles import make_rules
 
@@ -84,7 +85,7 @@ def worker(rank: int, world: int, port: int, args, out: dict) -> None:
     obs_dim, act_dim = probe.obs_dim, probe.act_dim
     probe.close()
     critic_rate, policy_rate = learner_rates(cfg, obs_dim, act_dim, device, args.seconds)
-    rules = make_rules(cfg.algo, obs_dim, act_dim)
+    rules = make_rules(cfg.algo, ObsLayout.shared(obs_dim), act_dim)
     rows = []
     for name, module, rate in (
         ("critic", rules.make_critic(), critic_rate),

@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pql.algos.off_policy import OffPolicyAlgorithm, UpdateSettings
 from pql.config import MPS_MODES, announce, load_config, resolve
+from pql.envs import ObsLayout
 from pql.replay.nstep import keeps_first_step, transition_spec
 from pql.runtime.device import use_device
 from pql.runtime.distributed import Replicas
@@ -94,27 +95,28 @@ def timed(fn, device, seconds: float, warmup: int = 3) -> float:
 
 
 def random_batch(batch_size: int, obs_dim: int, act_dim: int, device, first_step: bool = False) -> dict:
-    """Random values of every field the replay holds (transition_spec): actions and discounts
-    within [0, 1) (actions in [-1, 1) after the shift), the rest standard normal."""
+    """Random values of every field the replay holds (transition_spec), as a learner samples them
+    (the policy and the critic reading the same observations): actions and discounts within
+    [0, 1) (actions in [-1, 1) after the shift), the rest standard normal."""
     batch = {
         k: (torch.rand if k.startswith(("action", "discount")) else torch.randn)(batch_size, *shape, device=device)
         for k, (shape, _) in transition_spec(obs_dim, act_dim, first_step).items()
     }
     batch["action"] = batch["action"] * 2 - 1
-    return batch
+    return ObsLayout.shared(obs_dim).split(batch)
 
 
 def learner_rates(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> tuple[float, float]:
     """Critic and policy updates/s of the learners' own updates (pql.algos.off_policy, in the form
     runtime.compile selects) on one random batch, each learner's algorithm its own."""
-    rules = make_rules(cfg.algo, obs_dim, act_dim)
+    rules = make_rules(cfg.algo, ObsLayout.shared(obs_dim), act_dim)
     settings = UpdateSettings(cfg.algo.tau, cfg.algo.policy_average, bool(cfg.runtime.compile))
     critic, policy = OffPolicyAlgorithm(rules, device, settings), OffPolicyAlgorithm(rules, device, settings)
     batch = random_batch(cfg.algo.batch_size, obs_dim, act_dim, device, keeps_first_step(cfg.algo))
     weights = torch.ones(cfg.algo.batch_size, device=device)
     return (
         timed(lambda: critic.update_critic(batch, weights), device, seconds),
-        timed(lambda: policy.update_policy(batch["obs"]), device, seconds),
+        timed(lambda: policy.update_policy(batch["obs"], batch["critic_obs"]), device, seconds),
     )
 
 
@@ -125,7 +127,7 @@ def standalone_actor(cfg, rules, obs_dim: int, act_dim: int, device):
     settings = run_settings(cfg, device, Replicas()).runner
     shared = make_shared(settings, rules, obs_dim, act_dim)
     ratios = make_ratios(settings.ratios, shared)
-    actor = build_role("actor", settings, shared, rules, ratios, obs_dim, act_dim, fresh_start=False)
+    actor = build_role("actor", settings, shared, rules, ratios, ObsLayout.shared(obs_dim), act_dim, fresh_start=False)
 
     def step():
         actor.step()
@@ -137,7 +139,7 @@ def standalone_actor(cfg, rules, obs_dim: int, act_dim: int, device):
 def actor_rate(cfg, obs_dim: int, act_dim: int, device, seconds: float) -> float:
     """Env steps/s of the real actor role (policy inference, exploration, n-step folding,
     staging) with nothing consuming its output but this loop."""
-    _, step = standalone_actor(cfg, make_rules(cfg.algo, obs_dim, act_dim), obs_dim, act_dim, device)
+    _, step = standalone_actor(cfg, make_rules(cfg.algo, ObsLayout.shared(obs_dim), act_dim), obs_dim, act_dim, device)
     return timed(step, device, seconds) * cfg.task.num_envs
 
 

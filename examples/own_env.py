@@ -2,19 +2,24 @@
 
 A point mass on a plane is pushed towards a goal drawn at each episode's start. Everything is a
 tensor of num_envs rows on `device`, so the same code steps 16 envs on a CPU or 16,384 on a GPU.
-docs/own_env.md explains each part of the protocol this follows (tasks/base.py).
+docs/own_env.md explains each part of the protocol this follows (tasks/base.py), the optional
+ones too: observations of the critic's own (`task.kwargs.privileged=true`) and checkpoints.
 """
 
 import torch
 
-from tasks.base import BatchedEnv
+from tasks.base import BatchedEnv, check_state_fits
 
 
 class PointMass(BatchedEnv):
     obs_dim, act_dim, max_episode_steps = 6, 2, 100  # obs: position, velocity, goal
 
-    def __init__(self, num_envs: int, device: str, seed: int, arena: float = 1.0):
+    def __init__(self, num_envs: int, device: str, seed: int, arena: float = 1.0, privileged: bool = False):
         self.num_envs, self.device, self.arena = num_envs, torch.device(device), arena
+        # privileged: the critic reads a group of its own, after the policy's: the policy's
+        # observations and the share of the episode left, which the policy does without.
+        self.critic_obs_dim = 7 if privileged else 0
+        self.obs_dim = 6 + self.critic_obs_dim
         self.action_low = -torch.ones(2, device=self.device)  # pql scales its [-1, 1] onto these
         self.action_high = torch.ones(2, device=self.device)
         self.generator = torch.Generator(self.device).manual_seed(seed)
@@ -33,7 +38,11 @@ class PointMass(BatchedEnv):
         self.steps = torch.where(envs, 0, self.steps)
 
     def _obs(self) -> torch.Tensor:
-        return torch.cat([self.pos, self.vel, self.goal], dim=1)
+        policy = torch.cat([self.pos, self.vel, self.goal], dim=1)
+        if not self.critic_obs_dim:
+            return policy
+        left = 1.0 - self.steps[:, None].float() / self.max_episode_steps
+        return torch.cat([policy, policy, left], dim=1)
 
     def reset(self) -> torch.Tensor:
         self._start(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
@@ -51,7 +60,18 @@ class PointMass(BatchedEnv):
         self._start(terminated | truncated)
         return self._obs(), reward, terminated, truncated, {"final_obs": final_obs}
 
+    def state_dict(self) -> dict:
+        """Where the episodes stand, so that a resumed run continues them."""
+        state = {name: getattr(self, name).to("cpu", copy=True) for name in ("pos", "vel", "goal", "steps")}
+        return {"num_envs": self.num_envs, "obs_dim": self.obs_dim, **state, "generator": self.generator.get_state()}
 
-def make_env(num_envs: int, device: str, seed: int, arena: float = 1.0) -> PointMass:
+    def load_state_dict(self, state: dict) -> None:
+        check_state_fits(state, self.state_dict())  # refuses another size or layout before changing anything
+        for name in ("pos", "vel", "goal", "steps"):
+            setattr(self, name, state[name].to(self.device))
+        self.generator.set_state(state["generator"])
+
+
+def make_env(num_envs: int, device: str, seed: int, arena: float = 1.0, privileged: bool = False) -> PointMass:
     """The factory pql calls: task.kwargs.<name>=<value> on the command line become its keyword arguments."""
-    return PointMass(num_envs, device, seed, arena)
+    return PointMass(num_envs, device, seed, arena, privileged)

@@ -35,11 +35,12 @@ def evaluate(env, policy, normalizer) -> dict[str, float]:
     CPU it is the mask itself). The steps after the last episode ended add nothing, since every
     sum is masked by `running`. An env that cannot start episodes on demand (env.episode_starts
     is not None) is scored on each env's first episode that starts after this call: an episode
-    under way is stepped through unscored. -> {"eval/return", "eval/length", and "eval/<metric>"
-    for an env with an episode_metric}: means over the env's num_envs scored episodes, read in one
-    transfer at the end."""
+    under way is stepped through unscored. The policy and `normalizer` read the env's policy
+    columns (env.policy_obs_dim: an env may offer the critic more). -> {"eval/return",
+    "eval/length", and "eval/<metric>" for an env with an episode_metric}: means over the env's
+    num_envs scored episodes, read in one transfer at the end."""
     obs = env.reset()
-    n = env.num_envs
+    n, columns = env.num_envs, env.policy_obs_dim
     metric = env.episode_metric
     returns = torch.zeros(n, device=env.device)
     lengths = torch.zeros(n, device=env.device)
@@ -49,7 +50,7 @@ def evaluate(env, policy, normalizer) -> dict[str, float]:
     scoring = running.clone() if starts is None else starts.clone()  # the episode stepped is the one scored
     still_running = LateRead(running)
     for _ in range(env.max_episode_steps * (1 if starts is None else 2)):
-        action = policy(normalizer(obs)).clamp(-1.0, 1.0)
+        action = policy(normalizer(obs[:, :columns])).clamp(-1.0, 1.0)
         obs, reward, terminated, truncated, info = env.step(to_env_action(action, env))
         done = terminated | truncated
         counted = running & scoring

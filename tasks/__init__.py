@@ -73,6 +73,7 @@ def make(
     vectorization: str = "async",
     action_repeat: int = 1,
     policy_group: str | None = None,
+    critic_group: str | None = None,
 ) -> BatchedEnv:
     """A batched env of `num_envs` copies of task `name`, its tensors on `device`.
 
@@ -84,8 +85,9 @@ def make(
     kwargs: the env's keyword arguments (gym:<EnvId>: gym.make's; <module>:<factory>: the
     factory's); import_module: imported before a gym:<EnvId> is made (where a package registers
     its ids); vectorization: "async" or "sync" Gymnasium vector env, for gym:<EnvId>;
-    policy_group: the observation group the policy sees, for a <module>:<factory> env with groups
-    (tasks/rsl_rl_env.py; None: "policy", else "actor").
+    policy_group, critic_group: the observation groups the policy and the critic see, for a
+    <module>:<factory> env with groups (tasks/rsl_rl_env.py; None: "policy", else "actor"; and
+    "critic" where the env has it).
     Raises TaskError for an unknown task or backend, num_envs <= 0, an unusable device, or an
     env that the adapters refuse (the message says why).
     """
@@ -114,10 +116,11 @@ def make(
         raise TaskError(
             f"task {name}: task.import_module is for gym:<EnvId> tasks (a factory's module is imported anyway)"
         )
-    if policy_group is not None and form != "factory":
-        raise TaskError(
-            f"task {name}: policy_group names an observation group of a <module>:<factory> env; leave it None"
-        )
+    for setting, group in (("policy_group", policy_group), ("critic_group", critic_group)):
+        if group is not None and form != "factory":
+            raise TaskError(
+                f"task {name}: {setting} names an observation group of a <module>:<factory> env; leave it None"
+            )
     if form == "isaacgym":
         from .isaacgym import make_isaacgym_env
 
@@ -129,7 +132,7 @@ def make(
     if form == "factory":
         from .factory import make_factory_env
 
-        return make_factory_env(name, num_envs, device, int(seed), kwargs, policy_group)
+        return make_factory_env(name, num_envs, device, int(seed), kwargs, policy_group, critic_group)
     chosen = resolve_backend(backend, device)
     if backend == "auto":
         print(f"tasks: {name} x{num_envs} on {device} with backend '{chosen}' (auto)")

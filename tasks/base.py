@@ -15,6 +15,12 @@ float32 each, of the step that just ended: the reward terms (signed addends of t
 "reward_forward", "reward_ctrl"), the positions and velocities ("x_position", "x_velocity", ...),
 as docs/tasks.md lists per task.
 
+An env that offers the critic observations of its own (asymmetric actor-critic: Isaac Lab's and
+mjlab's "critic" group, with what a simulator knows and a robot does not) returns them after the
+policy's, as the last `critic_obs_dim` columns of obs (and of final_obs): the policy reads
+obs[:, :policy_obs_dim], the critic obs[:, policy_obs_dim:]. The critic's columns hold everything
+it reads, the policy's observations among them where it reads those too (as those groups do).
+
 An env that can be checkpointed returns its whole state from `state_dict()`: a dict of CPU tensors,
 ints, floats, strings and dicts of these (what `torch.load(weights_only=True)` reads), and an env of
 the same task, size and seed continues those episodes exactly after `load_state_dict(state)`.
@@ -38,6 +44,9 @@ class BatchedEnv(abc.ABC):
     device: torch.device
     obs_dim: int
     act_dim: int
+    # The columns at the end of obs that only the critic reads (the module docstring); 0: none, the
+    # policy and the critic read all of obs.
+    critic_obs_dim: int = 0
     max_episode_steps: int
     action_low: torch.Tensor  # [act_dim] float32, device
     action_high: torch.Tensor  # [act_dim] float32, device
@@ -53,6 +62,11 @@ class BatchedEnv(abc.ABC):
     # where the next step starts an episode: its reset() returns the current observations, and an
     # evaluation scores each env's first episode that starts after the evaluation does.
     episode_starts: torch.Tensor | None = None
+
+    @property
+    def policy_obs_dim(self) -> int:
+        """The columns at the start of obs that the policy reads."""
+        return self.obs_dim - self.critic_obs_dim
 
     @abc.abstractmethod
     def reset(self) -> torch.Tensor:

@@ -9,8 +9,8 @@ built as a run builds it. The checks read the protocol only, so they hold for ev
 What each check asserts (the quick part: attributes to final_obs, on a reset() and QUICK_STEPS
 steps; the full check adds a rollout of random actions and the last four):
 
-    attributes        num_envs, obs_dim, act_dim, max_episode_steps ints > 0; device a
-                      torch.device; episode_metric None or a str
+    attributes        num_envs, obs_dim, act_dim, max_episode_steps ints > 0; critic_obs_dim an
+                      int, 0 ≤ it < obs_dim; device a torch.device; episode_metric None or a str
     action_bounds     action_low, action_high [act_dim] float32 on env.device, finite, low < high
     calls             reset() and step() run without raising and return tensors (step: five
                       values, info a dict)
@@ -330,6 +330,13 @@ def _attributes(env: BatchedEnv, checks: _Checks) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             got = "missing" if value is None else f"{value!r} (a {type(value).__name__})"
             raise checks.broken("attributes", f"env.{name} is {got}; the protocol wants an int > 0")
+    critic = getattr(env, "critic_obs_dim", 0)
+    if isinstance(critic, bool) or not isinstance(critic, int) or not 0 <= critic < env.obs_dim:
+        raise checks.broken(
+            "attributes",
+            f"env.critic_obs_dim is {critic!r}; the protocol wants an int from 0 to obs_dim - 1 = {env.obs_dim - 1} "
+            "(the columns at the end of obs that only the critic reads)",
+        )
     device = getattr(env, "device", None)
     if not isinstance(device, torch.device):
         got = "missing" if device is None else f"{device!r} (a {type(device).__name__})"

@@ -49,12 +49,18 @@ def resolve_factory(spec: str) -> Callable:
 
 
 def make_factory_env(
-    spec: str, num_envs: int, device: torch.device, seed: int, kwargs: dict, policy_group: str | None = None
+    spec: str,
+    num_envs: int,
+    device: torch.device,
+    seed: int,
+    kwargs: dict,
+    policy_group: str | None = None,
+    critic_group: str | None = None,
 ) -> BatchedEnv:
     """The env `spec`'s factory makes with these arguments, adapted to the protocol if it has
-    rsl_rl's VecEnv interface (the policy seeing `policy_group`: tasks/rsl_rl_env.py). Raises
-    TaskError if the factory raises or returns something else, or an env of another size or
-    device, or a BatchedEnv where a policy_group is named."""
+    rsl_rl's VecEnv interface (the policy seeing `policy_group`, the critic `critic_group`:
+    tasks/rsl_rl_env.py). Raises TaskError if the factory raises or returns something else, or an
+    env of another size or device, or a BatchedEnv where a group is named."""
     factory = resolve_factory(spec)
     try:
         env = factory(num_envs=num_envs, device=str(device), seed=seed, **kwargs)
@@ -73,12 +79,14 @@ def make_factory_env(
                 f"task {spec}: the factory returned a {type(env).__name__}, neither a pql BatchedEnv (tasks/base.py) "
                 f"nor an env with rsl_rl's VecEnv interface (it lacks {', '.join(missing)})"
             )
-        env = RslRlEnv(env, policy_group)
-    elif policy_group is not None:
-        raise TaskError(
-            f"task {spec}: task.policy_group={policy_group} names an observation group, but the factory returned "
-            f"a pql BatchedEnv, whose observations are one tensor; leave task.policy_group null"
-        )
+        env = RslRlEnv(env, policy_group, critic_group)
+    else:
+        for setting, group in (("policy_group", policy_group), ("critic_group", critic_group)):
+            if group is not None:
+                raise TaskError(
+                    f"task {spec}: task.{setting}={group} names an observation group, but the factory returned a "
+                    f"pql BatchedEnv, whose observations are one tensor; leave task.{setting} null"
+                )
     if env.num_envs != num_envs:
         raise TaskError(f"task {spec}: the factory was asked for {num_envs} envs and made {env.num_envs}")
     if resolve_device(env.device) != device:

@@ -9,6 +9,10 @@ inside `step`. What the adapter does with it:
   `policy_group` (task.policy_group) where named, else "policy" (Isaac Lab's name) where the env
   has it, else "actor" (mjlab's). A tensor is taken as it is; rsl_rl 2's `(obs, extras)` pair
   gives its first element. Observations are flattened to [N, obs_dim] float32.
+- **The critic's observations.** Where the groups hold one for the critic, `critic_group`
+  (task.critic_group) where named, else "critic" (Isaac Lab's and mjlab's name), its columns
+  follow the policy's (`critic_obs_dim` of them: tasks/base.py), for a critic that reads
+  privileged observations; a critic group that is the policy's adds none.
 - **Done flags.** `dones` marks every finished episode, `extras["time_outs"]` those cut by the
   step limit: truncated = dones & time_outs, terminated = dones & ~time_outs. An env without
   "time_outs" has only terminations.
@@ -43,6 +47,7 @@ from .base import ActionCheck, BatchedEnv, TaskError, resolve_device
 VEC_ENV_MEMBERS = ("num_envs", "num_actions", "max_episode_length", "device", "get_observations", "step")
 # The policy's group when none is named, in order of preference: Isaac Lab's name, then mjlab's.
 POLICY_GROUPS = ("policy", "actor")
+CRITIC_GROUP = "critic"  # the critic's when none is named: Isaac Lab's and mjlab's name
 
 
 def missing_vec_env_members(env) -> list[str]:
@@ -55,10 +60,11 @@ class RslRlEnv(BatchedEnv):
 
     deterministic = False  # rsl_rl's interface promises no repeatable trajectory (GPU simulators seldom give one)
 
-    def __init__(self, vec_env, policy_group: str | None = None):
+    def __init__(self, vec_env, policy_group: str | None = None, critic_group: str | None = None):
         self.vec_env = vec_env
         self.name = type(vec_env).__name__
         self._named_group = policy_group
+        self._named_critic_group = critic_group
         self.num_envs = int(vec_env.num_envs)
         self.act_dim = int(vec_env.num_actions)
         self.device = resolve_device(vec_env.device)
@@ -66,7 +72,7 @@ class RslRlEnv(BatchedEnv):
         self.max_episode_steps = int(limit.max().item() if isinstance(limit, torch.Tensor) else limit)
         self.action_low, self.action_high = self._action_bounds()
         self._check_actions = ActionCheck(self.num_envs, self.act_dim, self.device)
-        self._obs = self._policy_obs(vec_env.get_observations(), "get_observations()")
+        self._obs, self.critic_obs_dim = self._observations(vec_env.get_observations(), "get_observations()")
         self.obs_dim = self._obs.shape[1]
         # Whether the env has given extras["final_obs"] at a step so far: one may give it only at the
         # steps where an env finishes (examples/mjlab_task.py does).
@@ -87,22 +93,47 @@ class RslRlEnv(BatchedEnv):
             low, high = -np.ones(self.act_dim, np.float32), np.ones(self.act_dim, np.float32)
         return (torch.as_tensor(np.array(b), device=self.device) for b in (low, high))  # type: ignore[return-value]
 
-    def _policy_obs(self, obs, where: str) -> torch.Tensor:
-        """obs as [N, obs_dim] float32: the policy's group of a TensorDict or mapping, a tensor as it is."""
+    def _observations(self, obs, where: str) -> tuple[torch.Tensor, int]:
+        """(obs as [N, obs_dim] float32, the critic's columns at its end): of a TensorDict or
+        mapping, the policy's group and after it the critic's; a tensor as it is."""
         if isinstance(obs, tuple):  # rsl_rl 2: (obs, extras)
             obs = obs[0]
         if isinstance(obs, Mapping) or hasattr(obs, "keys"):
-            obs = obs[self._policy_group(list(obs.keys()), where)]
-        elif self._named_group is not None:
-            raise TaskError(
-                f"{self.name}: task.policy_group={self._named_group} names an observation group, but {where} "
-                f"returned a {type(obs).__name__}, not groups; leave task.policy_group null"
-            )
+            keys = list(obs.keys())
+            policy_group = self._policy_group(keys, where)
+            critic_group = self._critic_group(keys, where)
+            policy = self._flat(obs[policy_group], where)
+            if critic_group is None or critic_group == policy_group:
+                return policy, 0
+            critic = self._flat(obs[critic_group], where)
+            return torch.cat([policy, critic], dim=1), critic.shape[1]
+        for setting, named in (("policy_group", self._named_group), ("critic_group", self._named_critic_group)):
+            if named is not None:
+                raise TaskError(
+                    f"{self.name}: task.{setting}={named} names an observation group, but {where} "
+                    f"returned a {type(obs).__name__}, not groups; leave task.{setting} null"
+                )
+        return self._flat(obs, where), 0
+
+    def _flat(self, obs, where: str) -> torch.Tensor:
+        """One group's (or a tensor's) observations as [N, columns] float32, a copy."""
         if not isinstance(obs, torch.Tensor):
             raise TaskError(f"{self.name}: {where} returned a {type(obs).__name__}, not a tensor or TensorDict")
         if obs.shape[0] != self.num_envs:
             raise TaskError(f"{self.name}: {where} returned {tuple(obs.shape)} observations for {self.num_envs} envs")
         return obs.reshape(self.num_envs, -1).to(self.device, torch.float32, copy=True)
+
+    def _critic_group(self, keys: list, where: str) -> str | None:
+        """The group of `keys` the critic sees: the named one, else CRITIC_GROUP where present."""
+        if self._named_critic_group is None:
+            return CRITIC_GROUP if CRITIC_GROUP in keys else None
+        if self._named_critic_group not in keys:
+            raise TaskError(
+                f"{self.name}: {where} returned observation groups {', '.join(map(str, keys))} and no "
+                f"{self._named_critic_group!r} group (task.critic_group); name the group the critic sees "
+                "with task.critic_group=<group>"
+            )
+        return self._named_critic_group
 
     def _policy_group(self, keys: list, where: str) -> str:
         """The group of `keys` the policy sees: the named one, else the first of POLICY_GROUPS there."""
@@ -122,13 +153,13 @@ class RslRlEnv(BatchedEnv):
 
     def reset(self) -> torch.Tensor:
         reset = getattr(self.vec_env, "reset", None)
-        self._obs = self._policy_obs(reset() if callable(reset) else self.vec_env.get_observations(), "reset()")
+        self._obs, _ = self._observations(reset() if callable(reset) else self.vec_env.get_observations(), "reset()")
         return self._obs
 
     def step(self, actions: torch.Tensor):
         self._check_actions(actions)
         obs, reward, dones, extras = self.vec_env.step(actions)
-        obs = self._policy_obs(obs, "step()")
+        obs, _ = self._observations(obs, "step()")
         done = dones.to(self.device).reshape(self.num_envs).bool()
         time_outs = extras.get("time_outs")
         truncated = (
@@ -137,7 +168,12 @@ class RslRlEnv(BatchedEnv):
         terminated = done & ~truncated
         given = extras.get("final_obs")
         self.final_obs_given |= given is not None
-        before = self._policy_obs(given, "step()'s extras['final_obs']") if given is not None else self._obs
+        before = self._observations(given, "step()'s extras['final_obs']")[0] if given is not None else self._obs
+        if before.shape != obs.shape:
+            raise TaskError(
+                f"{self.name}: step()'s extras['final_obs'] gives {before.shape[1]} columns where the observations "
+                f"give {obs.shape[1]} (the policy's group and the critic's); give final_obs as the observations are"
+            )
         final_obs = torch.where(done[:, None], before, obs)
         self._obs = obs
         if self.episode_starts is not None:

@@ -45,6 +45,10 @@ class ShortObs(Pendulum):
         return obs[:, :-1], *rest
 
 
+class AllForTheCritic(Pendulum):
+    critic_obs_dim = 4  # every column, none left for the policy
+
+
 class DoubleObs(Pendulum):
     def reset(self):
         return super().reset().double()
@@ -182,6 +186,7 @@ def test_a_right_env_without_state_passes_and_skips_the_round_trip():
         (NoFinalObs, "final_obs", "no info['final_obs']"),
         (InvertedBounds, "action_bounds", "not below"),
         (RaisesOnStep2, "calls", "step() at step 2 raised ValueError: boom"),
+        (AllForTheCritic, "attributes", "env.critic_obs_dim is 4; the protocol wants an int from 0 to obs_dim - 1 = 3"),
     ],
 )
 def test_the_quick_check_names_each_breach(env, check, word):

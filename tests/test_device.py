@@ -13,6 +13,7 @@ from test_runtime import ONE_BLOCK, SMALL
 from pql import bulk
 from pql.checkpoint import load_checkpoint, save_checkpoint
 from pql.config import ConfigError, resolve
+from pql.envs import ObsLayout
 from pql.runtime import device as device_module
 from pql.runtime import train
 from pql.runtime.control import RatioController, RatioCounters
@@ -184,7 +185,7 @@ def test_a_compiled_run_trains_and_resumes(make_config, tmp_path):
 
 def test_bf16_actor_copy_is_made_once_and_refreshed_in_place(make_config):
     cfg = make_config(SMALL)
-    policy = make_rules(cfg.algo, 4, 1).make_policy()
+    policy = make_rules(cfg.algo, ObsLayout.shared(4), 1).make_policy()
     acting = InferenceCopy(policy, "bf16")
     module = acting.module
     with torch.no_grad():
@@ -202,13 +203,13 @@ def test_role_state_loads_from_a_cpu_checkpoint(make_config, tmp_path):
     Generator.set_state as CPU byte tensors, and each role moves the rest onto its device."""
     cfg = make_config(SMALL + ["runtime.mode=sequential"])
     settings = settings_of(cfg).runner
-    rules = make_rules(settings.algo, 4, 1)
+    rules = make_rules(settings.algo, ObsLayout.shared(4), 1)
 
     def roles():
         shared = make_shared(settings, rules, 4, 1)
         ratios = make_ratios(settings.ratios, shared)
         return {
-            name: build_role(name, settings, shared, rules, ratios, 4, 1, fresh_start=True)
+            name: build_role(name, settings, shared, rules, ratios, ObsLayout.shared(4), 1, fresh_start=True)
             for name in ("actor", "v_learner", "p_learner")
         }
 

@@ -1,6 +1,7 @@
 """IMPALA: with zero policy lag the learner's V-trace targets are the n-step Bellman targets
-(written here from the definition, truncations bootstrapping from final_obs), lag is measured,
-and the actor-learner agent learns InvertedPendulum in both runtime modes."""
+(written here from the definition, truncations bootstrapping from final_obs; the value reading
+observations of its own), lag is measured, and the actor-learner agent learns InvertedPendulum in
+both runtime modes."""
 
 import pytest
 import torch
@@ -8,20 +9,23 @@ import torch
 from bench.learning import IMPALA
 from pql.algos.impala import Impala
 from pql.config import ImpalaConfig
+from pql.envs import ObsLayout
 
 OBS_DIM, ACT_DIM, T, N = 4, 2, 9, 6
+LAYOUT = ObsLayout(OBS_DIM + 3, OBS_DIM, (OBS_DIM, OBS_DIM + 3))  # the value's 3 columns after the policy's
 
 
 def make_impala(**overrides) -> Impala:
     cfg = ImpalaConfig(**overrides)
     cfg.net.actor_hidden = cfg.net.critic_hidden = (16,)
-    return Impala(cfg, OBS_DIM, ACT_DIM, torch.device("cpu"))
+    return Impala(cfg, OBS_DIM, ACT_DIM, torch.device("cpu"), critic_obs_dim=LAYOUT.critic_dim)
 
 
 def trajectory(impala: Impala, seed: int) -> dict:
-    """A T-step trajectory whose behaviour log-probs are the learner's own (zero lag)."""
+    """A T-step trajectory whose behaviour log-probs are the learner's own (zero lag), split as the
+    runner splits it."""
     gen = torch.Generator().manual_seed(seed)
-    obs = torch.randn(T, N, OBS_DIM, generator=gen)
+    obs = torch.randn(T, N, LAYOUT.width, generator=gen)
     terminated = torch.rand(T, N, generator=gen) < 0.15
     truncated = (torch.rand(T, N, generator=gen) < 0.15) & ~terminated
     terminated[:, 0] = False  # env 0 runs through the whole window: the bootstrap at T counts
@@ -29,7 +33,7 @@ def trajectory(impala: Impala, seed: int) -> dict:
     truncated[T - 1, 1], terminated[T - 1, 1] = True, False  # a truncation on the last step
     traj = {
         "obs": obs,
-        "final_obs": torch.randn(T, N, OBS_DIM, generator=gen),
+        "final_obs": torch.randn(T, N, LAYOUT.width, generator=gen),
         "action": torch.randn(T, N, ACT_DIM, generator=gen),
         "reward": torch.randn(T, N, generator=gen),
         "terminated": terminated,
@@ -37,6 +41,7 @@ def trajectory(impala: Impala, seed: int) -> dict:
     }
     # Where an env did not finish, final_obs is the next observation of the same episode.
     traj["final_obs"][:-1] = torch.where((terminated | truncated)[:-1, :, None], traj["final_obs"][:-1], obs[1:])
+    traj = LAYOUT.split_rollout(traj)
     with torch.no_grad():
         log_prob, _, _, _ = impala.forward(traj)
     traj["log_prob"] = log_prob
@@ -44,7 +49,7 @@ def trajectory(impala: Impala, seed: int) -> dict:
 
 
 def bellman_targets(traj: dict, value, gamma: float) -> torch.Tensor:
-    """v_s = Σ_{t=s}^{e} γ^{t−s} r_t + γ^{e+1−s} V(final_obs_e), where e is the step the episode
+    """v_s = Σ_{t=s}^{e} γ^{t−s} r_t + γ^{e+1−s} V(final_critic_obs_e), where e is the step the episode
     of s ends (or T−1) and the bootstrap is dropped when it terminated. In float64, per (s, env)."""
     rewards, term, trunc = traj["reward"].double(), traj["terminated"], traj["truncated"]
     out = torch.empty(T, N, dtype=torch.float64)
@@ -57,7 +62,7 @@ def bellman_targets(traj: dict, value, gamma: float) -> torch.Tensor:
                 if term[t, i]:
                     break
                 if trunc[t, i] or t == T - 1:
-                    total += scale * float(value(traj["final_obs"][t, i]))
+                    total += scale * float(value(traj["final_critic_obs"][t, i]))
                     break
             out[s, i] = total
     return out

@@ -11,6 +11,7 @@ from pql.algos.off_policy import OffPolicyAlgorithm, Projection, UpdateSettings
 from pql.algos.pql import PQL
 from pql.algos.sac import SAC
 from pql.config import PQLConfig, SACConfig
+from pql.envs import ObsLayout
 from pql.nets import DoubleQ, SquashedGaussianActor
 from pql.nets.batchnorm import BatchNormNet
 from pql.nets.hyperspherical import HypersphericalNet
@@ -126,15 +127,17 @@ def test_each_role_trains_its_own_network_and_reads_the_others_in_eval_mode():
 def test_an_update_leaves_the_trained_network_projected(kind):
     torch.manual_seed(5)
     algo = _algorithm(kind, "sac")
-    batch = {
-        "obs": torch.randn(32, OBS_DIM),
-        "action": torch.rand(32, ACT_DIM) * 2 - 1,
-        "reward": torch.randn(32),
-        "next_obs": torch.randn(32, OBS_DIM),
-        "discount": torch.full((32,), 0.99),
-    }
+    batch = ObsLayout.shared(OBS_DIM).split(
+        {
+            "obs": torch.randn(32, OBS_DIM),
+            "action": torch.rand(32, ACT_DIM) * 2 - 1,
+            "reward": torch.randn(32),
+            "next_obs": torch.randn(32, OBS_DIM),
+            "discount": torch.full((32,), 0.99),
+        }
+    )
     algo.update_critic(batch, torch.ones(32))
-    algo.update_policy(batch["obs"])
+    algo.update_policy(batch["obs"], batch["critic_obs"])
     for net in (algo.critic, algo.policy):
         for m in projected_layers(net):
             if isinstance(m, EnsembleLinear):
@@ -150,13 +153,15 @@ def test_a_batch_norm_critic_learns_from_its_state_actions_and_the_next_in_one_b
     cfg.net.kind, cfg.net.actor_hidden, cfg.net.critic_hidden = "batchnorm", (16,), (16,)
     rules = SAC(cfg, OBS_DIM, ACT_DIM)
     policy, critic, target = rules.make_policy().eval(), rules.make_critic().train(), rules.make_critic().train()
-    batch = {
-        "obs": torch.randn(24, OBS_DIM),
-        "action": torch.rand(24, ACT_DIM) * 2 - 1,
-        "reward": torch.randn(24),
-        "next_obs": torch.randn(24, OBS_DIM) + 1.0,  # another distribution than obs's
-        "discount": torch.full((24,), 0.9),
-    }
+    batch = ObsLayout.shared(OBS_DIM).split(
+        {
+            "obs": torch.randn(24, OBS_DIM),
+            "action": torch.rand(24, ACT_DIM) * 2 - 1,
+            "reward": torch.randn(24),
+            "next_obs": torch.randn(24, OBS_DIM) + 1.0,  # another distribution than obs's
+            "discount": torch.full((24,), 0.9),
+        }
+    )
     weights = torch.ones(24)
     torch.manual_seed(7)
     loss, _, _ = rules.critic_loss(critic, target, policy, batch, weights)

@@ -14,6 +14,7 @@ from test_runtime import ONE_BLOCK, SMALL
 from pql.algos.off_policy import CompiledAdam, OffPolicyAlgorithm, UpdateSettings, compile_unavailable
 from pql.config import resolve
 from pql.config.announce import compile_warning
+from pql.envs import ObsLayout
 from pql.runtime.off_policy.roles import make_rules
 
 OBS_DIM, ACT_DIM, BATCH = 4, 1, 32
@@ -57,19 +58,23 @@ def aot_eager(monkeypatch):
 
 def batch_of(seed: int) -> tuple[dict, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    batch = {
-        "obs": torch.randn(BATCH, OBS_DIM, generator=gen),
-        "action": torch.rand(BATCH, ACT_DIM, generator=gen) * 2 - 1,
-        "reward": torch.randn(BATCH, generator=gen),
-        "next_obs": torch.randn(BATCH, OBS_DIM, generator=gen),
-        "discount": torch.full((BATCH,), 0.99),
-    }
+    batch = ObsLayout.shared(OBS_DIM).split(
+        {
+            "obs": torch.randn(BATCH, OBS_DIM, generator=gen),
+            "action": torch.rand(BATCH, ACT_DIM, generator=gen) * 2 - 1,
+            "reward": torch.randn(BATCH, generator=gen),
+            "next_obs": torch.randn(BATCH, OBS_DIM, generator=gen),
+            "discount": torch.full((BATCH,), 0.99),
+        }
+    )
     return batch, torch.rand(BATCH, generator=gen) + 0.5
 
 
 def algorithm(make_config, algo: str, compile: bool, device: torch.device = CPU) -> OffPolicyAlgorithm:
     cfg = resolve(make_config(SMALL + VARIANTS[algo] + ["runtime.device=cpu"])).config
-    return OffPolicyAlgorithm(make_rules(cfg.algo, OBS_DIM, ACT_DIM), device, UpdateSettings(0.05, 0.05, compile))
+    return OffPolicyAlgorithm(
+        make_rules(cfg.algo, ObsLayout.shared(OBS_DIM), ACT_DIM), device, UpdateSettings(0.05, 0.05, compile)
+    )
 
 
 def updates(make_config, algo: str, compile: bool, seed: int = 0, device: torch.device = CPU):
@@ -93,7 +98,7 @@ def run(v_learner: OffPolicyAlgorithm, p_learner: OffPolicyAlgorithm, n: int) ->
         td_abs, stats = v_learner.update_critic(batch, weights)
         assert td_abs.shape == (BATCH,) and stats["critic/loss"].dim() == 0
         p_learner.critic.load_state_dict(v_learner.critic.state_dict())
-        stats = p_learner.update_policy(batch["obs"])
+        stats = p_learner.update_policy(batch["obs"], batch["critic_obs"])
         assert stats["policy/loss"].dim() == 0
     return [
         *v_learner.critic.parameters(),
@@ -152,7 +157,7 @@ def test_a_host_read_in_a_compiled_update_fails_it(make_config, monkeypatch):
     """What the test above would see of a loss that reads a value back to the host."""
     torch._dynamo.reset()
     cfg = resolve(make_config(SMALL + ["runtime.device=cpu"])).config
-    rules = make_rules(cfg.algo, OBS_DIM, ACT_DIM)
+    rules = make_rules(cfg.algo, ObsLayout.shared(OBS_DIM), ACT_DIM)
     loss = rules.critic_loss
 
     def reading(*args):

@@ -16,6 +16,7 @@ import tasks
 from bench.learning import OFF_POLICY, PENDULUM, STEP_BUDGET
 from examples.own_env import PointMass
 from pql import check_env
+from pql.checkpoint import load_checkpoint
 from pql.cli import expand_task_forms
 from pql.config import ConfigError
 from pql.evaluate import evaluate
@@ -102,9 +103,9 @@ class ActorAndCritic(GroupsOnly):
 
 
 def test_the_policy_sees_the_named_group_else_policy_else_actor():
-    assert RslRlEnv(ActorAndCritic()).obs_dim == 2  # mjlab's "actor"
-    assert RslRlEnv(GroupsOnly(), policy_group="extra").obs_dim == 5
-    assert RslRlEnv(ActorAndCritic(), policy_group="critic").obs_dim == 3
+    assert RslRlEnv(ActorAndCritic()).policy_obs_dim == 2  # mjlab's "actor"
+    assert RslRlEnv(GroupsOnly(), policy_group="extra").policy_obs_dim == 5
+    assert RslRlEnv(ActorAndCritic(), policy_group="critic").policy_obs_dim == 3
 
 
 def test_an_rsl_rl_env_without_the_policys_group_is_refused_naming_its_groups():
@@ -118,6 +119,50 @@ def test_an_rsl_rl_env_without_the_policys_group_is_refused_naming_its_groups():
         tasks.make("examples.own_env:make_env", 2, "cpu", policy_group="actor")
     with pytest.raises(tasks.TaskError, match="policy_group names an observation group of a <module>:<factory> env"):
         tasks.make("InvertedPendulum", 2, "cpu", policy_group="actor")
+
+
+def test_the_critic_sees_its_group_after_the_policy_s():
+    """mjlab's and Isaac Lab's "critic" group, else the named one, follows the policy's columns; the
+    policy's own group adds none."""
+    env = RslRlEnv(ActorAndCritic())
+    assert (env.obs_dim, env.critic_obs_dim, env.policy_obs_dim) == (5, 3, 2)
+    assert torch.equal(env.reset(), torch.tensor([[1.0, 1, 0, 0, 0]] * 2))
+    assert RslRlEnv(ActorAndCritic(), critic_group="actor").critic_obs_dim == 0
+    assert RslRlEnv(GroupsOnly(), policy_group="extra").critic_obs_dim == 3
+    named = RslRlEnv(GroupsOnly(), policy_group="critic", critic_group="extra")
+    assert (named.policy_obs_dim, named.critic_obs_dim) == (3, 5)
+    assert RslRlEnv(TensorObs()).critic_obs_dim == 0
+
+
+def test_a_critic_group_the_env_lacks_or_cannot_have_is_refused_in_one_line():
+    with pytest.raises(tasks.TaskError, match="groups actor, critic and no 'privileged' group \\(task.critic_group\\)"):
+        RslRlEnv(ActorAndCritic(), critic_group="privileged")
+    with pytest.raises(tasks.TaskError, match="task.critic_group=critic names an observation group, but .* Tensor"):
+        RslRlEnv(TensorObs(), critic_group="critic")
+    with pytest.raises(tasks.TaskError, match="task.critic_group=critic names .* returned a pql BatchedEnv"):
+        tasks.make("examples.own_env:make_env", 2, "cpu", critic_group="critic")
+    with pytest.raises(tasks.TaskError, match="critic_group names an observation group of a <module>:<factory> env"):
+        tasks.make("InvertedPendulum", 2, "cpu", critic_group="critic")
+
+
+class FinalGroups(ActorAndCritic):
+    """Env 0 finishes at every step; extras["final_obs"] as groups, or the policy's tensor alone."""
+
+    def __init__(self, as_groups: bool):
+        self.as_groups = as_groups
+
+    def step(self, actions):
+        final = TensorDict({"actor": torch.full((2, 2), 7.0), "critic": torch.full((2, 3), 8.0)}, batch_size=[2])
+        extras = {"final_obs": final if self.as_groups else final["actor"]}
+        return self.get_observations(), torch.zeros(2), torch.tensor([1.0, 0.0]), extras
+
+
+def test_the_final_observation_carries_the_critic_s_group_too():
+    obs, _, terminated, _, info = RslRlEnv(FinalGroups(as_groups=True)).step(torch.zeros(2, 1))
+    assert terminated.tolist() == [True, False]
+    assert info["final_obs"][0].tolist() == [7.0, 7, 8, 8, 8] and torch.equal(info["final_obs"][1], obs[1])
+    with pytest.raises(tasks.TaskError, match="extras\\['final_obs'\\] gives 2 columns where the observations give 5"):
+        RslRlEnv(FinalGroups(as_groups=False)).step(torch.zeros(2, 1))
 
 
 class TensorObs(GroupsOnly):
@@ -182,13 +227,15 @@ def test_the_command_line_writes_each_form_as_its_group_option_and_name():
         expand_task_forms(["-m", "task=gym:Pendulum-v1,Ant"])
 
 
-def test_kwargs_import_module_and_policy_group_are_refused_where_they_do_not_apply(make_config):
+def test_kwargs_import_module_and_observation_groups_are_refused_where_they_do_not_apply(make_config):
     with pytest.raises(ConfigError, match="task.kwargs"):
         make_config(["task=Ant", "++task.kwargs.x=1"])
     with pytest.raises(ConfigError, match="task.import_module"):
         make_config(["task=examples.own_env:make_env", "task.import_module=gymnasium_robotics"])
     with pytest.raises(ConfigError, match="task.policy_group"):
         make_config(["task=gym:Pendulum-v1", "task.policy_group=actor"])
+    with pytest.raises(ConfigError, match="task.critic_group"):
+        make_config(["task=Ant", "task.critic_group=critic"])
     assert make_config([f"task={RSL_RL_TASK}", "task.policy_group=actor"]).task.policy_group == "actor"
 
 
@@ -227,11 +274,25 @@ def test_a_factory_whose_envs_are_not_what_was_asked_for_is_refused():
         tasks.make("test_own_env:make_wrong_size", 2, "cpu")
 
 
-@pytest.mark.parametrize("algo", ["pql", "pql_d", "sac", "ppo", "impala"])
-def test_every_algorithm_trains_evaluates_and_tests_a_factory_s_env(make_config, tmp_path, algo):
-    """A short sequential run per algorithm on examples/own_env.py's env, then test=true on its checkpoint."""
+def first_layer_inputs(state: dict) -> int:
+    """The inputs of a network's first layer, of its state dict."""
+    return next(t for t in state.values() if t.dim() == 2).shape[1]
+
+
+@pytest.mark.parametrize(
+    "algo,privileged", [("pql", True), ("pql_d", True), ("sac", True), ("sac", False), ("ppo", True), ("impala", True)]
+)
+def test_every_algorithm_trains_evaluates_and_tests_a_factory_s_env_with_a_privileged_critic(
+    make_config, tmp_path, algo, privileged
+):
+    """A short sequential run per algorithm on examples/own_env.py's env whose critic has a group of
+    its own (7 columns after the policy's 6), then test=true on its checkpoint: the critic and its
+    target read the 7 (with task.privileged_critic=false the policy's 6), the policy and the
+    normaliser it is delivered with the policy's 6, the actor's normaliser all 13."""
     run = [
         "task=examples.own_env:make_env",
+        "task.kwargs.privileged=true",
+        f"task.privileged_critic={str(privileged).lower()}",
         "task.num_envs=4",
         "task.eval_envs=2",
         f"algo={algo}",
@@ -244,6 +305,18 @@ def test_every_algorithm_trains_evaluates_and_tests_a_factory_s_env(make_config,
     ]
     final = train(make_config(run))
     assert "eval/return" in final and (tmp_path / "checkpoint.pt").exists()
+    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    critic_obs = 7 if privileged else 6
+    if algo in ("ppo", "impala"):
+        learner = state["roles"]["learner"]
+        assert first_layer_inputs(learner["critic"]) == critic_obs and first_layer_inputs(learner["policy"]) == 6
+        assert learner["normalizer"]["mean"].shape == (13,)
+    else:
+        v_learner, act_dim = state["roles"]["v_learner"], 2
+        for critic in (v_learner["critic"], v_learner["target_critic"], state["roles"]["actor"]["critic"] or {}):
+            assert not critic or first_layer_inputs(critic) == critic_obs + act_dim
+        assert state["roles"]["actor"]["normalizer"]["mean"].shape == (13,)
+    assert first_layer_inputs(state["policy"]) == 6 and state["normalizer"]["mean"].shape == (6,)
     tested = train(make_config([*run, "test=true", f"checkpoint={tmp_path / 'checkpoint.pt'}"], tmp_path / "test"))
     assert math.isfinite(tested["eval/return"]), tested
 

@@ -6,6 +6,7 @@ import torch
 
 from pql.algos.ppo import PPO, clipped_surrogate_loss, clipped_value_loss, gae
 from pql.config import PPOConfig
+from pql.envs import ObsLayout
 
 
 def reference_gae(rewards, values, next_values, terminated, truncated, gamma, lam):
@@ -79,15 +80,17 @@ def test_update_improves_the_surrogate_on_its_rollout():
         action = dist.sample()
         log_prob = dist.log_prob(action).sum(-1)
     reward = action.squeeze(-1).view(T, N)  # larger actions are better
-    rollout = {
-        "obs": obs,
-        "final_obs": torch.randn(T, N, 3),
-        "action": action.view(T, N, 1),
-        "log_prob": log_prob.view(T, N),
-        "reward": reward,
-        "terminated": torch.zeros(T, N, dtype=torch.bool),
-        "truncated": torch.zeros(T, N, dtype=torch.bool),
-    }
+    rollout = ObsLayout.shared(3).split_rollout(
+        {
+            "obs": obs,
+            "final_obs": torch.randn(T, N, 3),
+            "action": action.view(T, N, 1),
+            "log_prob": log_prob.view(T, N),
+            "reward": reward,
+            "terminated": torch.zeros(T, N, dtype=torch.bool),
+            "truncated": torch.zeros(T, N, dtype=torch.bool),
+        }
+    )
     mean_before = ppo.policy(obs.flatten(0, 1)).mean()
     info = ppo.update(rollout)
     assert ppo.policy(obs.flatten(0, 1)).mean() > mean_before

@@ -10,6 +10,7 @@ import torch
 from pql.algos.pql import PQL
 from pql.algos.values import categorical_projection
 from pql.config import PQLDConfig
+from pql.envs import ObsLayout
 from pql.nets import DeterministicActor
 
 
@@ -86,13 +87,15 @@ def make_rules(**overrides):
 
 
 def random_batch(batch, g):
-    batch_ = {
-        "obs": torch.randn(batch, 4, generator=g),
-        "action": torch.rand(batch, 2, generator=g) * 2 - 1,
-        "reward": torch.randn(batch, generator=g),
-        "next_obs": torch.randn(batch, 4, generator=g),
-        "discount": torch.rand(batch, generator=g),
-    }
+    batch_ = ObsLayout.shared(4).split(
+        {
+            "obs": torch.randn(batch, 4, generator=g),
+            "action": torch.rand(batch, 2, generator=g) * 2 - 1,
+            "reward": torch.randn(batch, generator=g),
+            "next_obs": torch.randn(batch, 4, generator=g),
+            "discount": torch.rand(batch, generator=g),
+        }
+    )
     batch_["discount"][:4] = 0.0
     return batch_
 
@@ -126,12 +129,14 @@ def test_greedy_target_picks_the_distribution_with_the_larger_mean():
     policy, critic = rules.make_policy(), rules.make_critic()
     g = torch.Generator().manual_seed(4)
     n_step, one_step = random_batch(48, g), random_batch(48, g)
-    batch = {
-        **n_step,
-        "reward1": one_step["reward"],
-        "next_obs1": one_step["next_obs"],
-        "discount1": one_step["discount"],
-    }
+    batch = ObsLayout.shared(4).split(
+        {
+            **n_step,
+            "reward1": one_step["reward"],
+            "next_obs1": one_step["next_obs"],
+            "discount1": one_step["discount"],
+        }
+    )
     got = rules.td_target(batch, critic, policy)
     want_n, want_1 = rules.td_target(n_step, critic, policy), rules.td_target(one_step, critic, policy)
     support = torch.linspace(-5.0, 5.0, 21)
@@ -166,7 +171,7 @@ def test_policy_maximises_smaller_expected_q():
     rules = make_rules()
     policy, critic = rules.make_policy(), rules.make_critic().requires_grad_(False)
     obs = torch.randn(16, 4)
-    loss, _ = rules.policy_loss(policy, critic, obs)
+    loss, _ = rules.policy_loss(policy, critic, obs, obs)
     support = torch.linspace(-5.0, 5.0, 21)
     logits1, logits2 = critic(obs, policy(obs))
     assert torch.allclose(loss, -torch.min(logits1.softmax(-1) @ support, logits2.softmax(-1) @ support).mean())

@@ -18,7 +18,7 @@ from conftest import alive, assert_stopped_at_an_agreed_step, compose_config, ru
 from pql import __version__
 from pql.checkpoint import load_checkpoint, save_checkpoint
 from pql.config import ConfigError
-from pql.envs import build_env
+from pql.envs import ObsLayout, build_env
 from pql.evaluate import evaluate
 from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
 from pql.logging import run_logger as run_logger_module
@@ -468,10 +468,19 @@ def actor_and_v_learner(cfg):
     """The shared state and the actor and V-learner of InvertedPendulum (obs 4, action 1), in this
     process, to step by hand."""
     settings = settings_of(cfg).runner
-    rules = make_rules(settings.algo, 4, 1)
+    rules = make_rules(settings.algo, ObsLayout.shared(4), 1)
     shared = make_shared(settings, rules, 4, 1)
     roles = {
-        name: build_role(name, settings, shared, rules, make_ratios(settings.ratios, shared), 4, 1, fresh_start=True)
+        name: build_role(
+            name,
+            settings,
+            shared,
+            rules,
+            make_ratios(settings.ratios, shared),
+            ObsLayout.shared(4),
+            1,
+            fresh_start=True,
+        )
         for name in ("actor", "v_learner")
     }
     return shared, roles
@@ -550,7 +559,7 @@ def test_test_mode_evaluates_a_checkpoint(make_config, tmp_path, capsys):
     result = train(make_config(SMALL + ["test=true", f"checkpoint={ckpt}"], run_dir=tmp_path / "eval"))
     assert "mean return" in capsys.readouterr().out
     state = load_checkpoint(ckpt)
-    policy = make_rules(cfg.algo, 4, 1).make_policy()
+    policy = make_rules(cfg.algo, ObsLayout.shared(4), 1).make_policy()
     policy.load_state_dict(state["policy"])
     normalizer = ObsNormalizer(4)
     normalizer.load_state_dict(state["normalizer"])

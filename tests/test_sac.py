@@ -9,6 +9,7 @@ import torch
 
 from pql.algos.sac import SAC
 from pql.config import SACConfig
+from pql.envs import ObsLayout
 from pql.runtime.off_policy.precision import InferenceCopy
 from pql.runtime.weight_sync import SharedWeights, WeightsReader
 
@@ -42,7 +43,7 @@ def test_soft_nstep_target_matches_reference():
     gamma, nstep = 0.9, 3
     rules = make_rules(init_alpha=0.3, gamma=gamma, nstep=nstep)
     policy, critic = rules.make_policy(), rules.make_critic()
-    batch = {"next_obs": torch.randn(24, OBS_DIM), "reward": torch.randn(24)}
+    batch = ObsLayout.shared(OBS_DIM).split({"next_obs": torch.randn(24, OBS_DIM), "reward": torch.randn(24)})
     # γ_b = γ^m for a fold of m ≤ n steps (m < n after a truncation), 0 after a termination.
     batch["discount"] = torch.tensor([gamma**nstep, gamma**2, gamma, 0.0] * 6)
     torch.manual_seed(7)
@@ -65,14 +66,16 @@ def test_greedy_soft_target_is_the_larger_of_the_two():
     torch.manual_seed(1)
     rules = make_rules(init_alpha=0.3)
     policy, critic = rules.make_policy(), rules.make_critic()
-    batch = {
-        "next_obs": torch.randn(24, OBS_DIM),
-        "reward": torch.randn(24),
-        "discount": torch.rand(24),
-        "next_obs1": torch.randn(24, OBS_DIM),
-        "reward1": torch.randn(24),
-        "discount1": torch.rand(24),
-    }
+    batch = ObsLayout.shared(OBS_DIM).split(
+        {
+            "next_obs": torch.randn(24, OBS_DIM),
+            "reward": torch.randn(24),
+            "discount": torch.rand(24),
+            "next_obs1": torch.randn(24, OBS_DIM),
+            "reward1": torch.randn(24),
+            "discount1": torch.rand(24),
+        }
+    )
     torch.manual_seed(7)
     got = rules.td_target(batch, critic, policy)
     torch.manual_seed(7)
@@ -101,7 +104,7 @@ def test_policy_and_temperature_losses_match_reference():
     policy, critic = rules.make_policy(), rules.make_critic().requires_grad_(False)
     obs = torch.randn(16, OBS_DIM)
     torch.manual_seed(3)
-    loss, info = rules.policy_loss(policy, critic, obs)
+    loss, info = rules.policy_loss(policy, critic, obs, obs)
     torch.manual_seed(3)
     eps = torch.randn(16, ACT_DIM)
     actor_terms, log_probs = [], []
@@ -132,7 +135,7 @@ def test_temperature_moves_toward_target_entropy():
             policy.net[-1].weight[ACT_DIM:].zero_()
             policy.net[-1].bias[ACT_DIM:].fill_(log_std)
         policy.zero_grad()
-        rules.policy_loss(policy, critic, obs)[0].backward()
+        rules.policy_loss(policy, critic, obs, obs)[0].backward()
         assert (float(policy.log_alpha.grad) > 0) == alpha_falls
 
 
@@ -199,7 +202,9 @@ def test_a_categorical_soft_target_shifts_every_atom_by_the_entropy_bonus():
     torch.manual_seed(8)
     rules = make_rules(init_alpha=0.2, value="categorical", num_atoms=11, v_min=-5.0, v_max=5.0)
     policy, critic = rules.make_policy(), rules.make_critic()
-    batch = {"next_obs": torch.randn(16, OBS_DIM), "reward": torch.randn(16), "discount": torch.full((16,), 0.9)}
+    batch = ObsLayout.shared(OBS_DIM).split(
+        {"next_obs": torch.randn(16, OBS_DIM), "reward": torch.randn(16), "discount": torch.full((16,), 0.9)}
+    )
     batch["discount"][:3] = 0.0
     torch.manual_seed(9)
     got = rules.td_target(batch, critic, policy)

@@ -9,6 +9,7 @@ import torch
 from pql.algos.common import SoftUpdate
 from pql.algos.pql import PQL
 from pql.config import PQLConfig
+from pql.envs import ObsLayout
 from pql.nets import DeterministicActor, DoubleQ
 from pql.replay.nstep import NStepWindow
 
@@ -112,7 +113,9 @@ def test_double_q_target_with_smoothing_matches_reference():
     cfg = PQLConfig(target_noise=0.3, target_noise_clip=0.4)
     algo = PQL(cfg, obs_dim=5, act_dim=3)
     policy, critic = DeterministicActor(5, 3, (16,), activation="relu"), DoubleQ(5, 3, (16,), activation="relu")
-    batch = {"next_obs": torch.randn(32, 5), "reward": torch.randn(32), "discount": torch.rand(32)}
+    batch = ObsLayout.shared(5).split(
+        {"next_obs": torch.randn(32, 5), "reward": torch.randn(32), "discount": torch.rand(32)}
+    )
     batch["discount"][:4] = 0.0
     torch.manual_seed(7)
     got = algo.td_target(batch, critic, policy)
@@ -134,14 +137,16 @@ def test_greedy_target_is_the_larger_of_the_n_step_and_one_step_targets():
     torch.manual_seed(5)
     algo = PQL(PQLConfig(target_noise=0.0), obs_dim=5, act_dim=3)
     policy, critic = DeterministicActor(5, 3, (16,), activation="relu"), DoubleQ(5, 3, (16,), activation="relu")
-    batch = {
-        "next_obs": torch.randn(64, 5),
-        "reward": torch.randn(64),
-        "discount": torch.rand(64),
-        "next_obs1": torch.randn(64, 5),
-        "reward1": torch.randn(64),
-        "discount1": torch.rand(64),
-    }
+    batch = ObsLayout.shared(5).split(
+        {
+            "next_obs": torch.randn(64, 5),
+            "reward": torch.randn(64),
+            "discount": torch.rand(64),
+            "next_obs1": torch.randn(64, 5),
+            "reward1": torch.randn(64),
+            "discount1": torch.rand(64),
+        }
+    )
     batch["discount"][:4] = 0.0
     got = algo.td_target(batch, critic, policy)
 
@@ -157,7 +162,7 @@ def test_greedy_target_is_the_larger_of_the_n_step_and_one_step_targets():
             assert float(got[b]) == pytest.approx(max(n_step, one_step), abs=1e-5)
             picked_one_step += one_step > n_step
     assert 0 < picked_one_step < 64  # both branches are exercised
-    plain = {k: batch[k] for k in ("next_obs", "reward", "discount")}
+    plain = ObsLayout.shared(5).split({k: batch[k] for k in ("next_obs", "reward", "discount")})
     assert torch.all(got >= algo.td_target(plain, critic, policy) - 1e-6)
 
 

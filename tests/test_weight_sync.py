@@ -10,6 +10,7 @@ from conftest import settings_of
 from test_runtime import SMALL
 from torch import nn
 
+from pql.envs import ObsLayout
 from pql.runtime import device as device_module
 from pql.runtime import weight_sync
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared
@@ -126,13 +127,13 @@ def test_ring_slots_are_handed_over_only_once_their_copies_have_landed(make_conf
     overwrites a slot that a learner is still reading."""
     cfg = make_config(SMALL + ["runtime.mode=sequential", "algo.nstep=1"])
     settings = settings_of(cfg).runner
-    rules = make_rules(settings.algo, 4, 1)
+    rules = make_rules(settings.algo, ObsLayout.shared(4), 1)
     shared = make_shared(settings, rules, 4, 1)
     c, slots = shared.counters, shared.ring_slots
     c.warmup_steps = 100
     ratios = make_ratios(settings.ratios, shared)
     roles = {
-        name: build_role(name, settings, shared, rules, ratios, 4, 1, fresh_start=True)
+        name: build_role(name, settings, shared, rules, ratios, ObsLayout.shared(4), 1, fresh_start=True)
         for name in ("actor", "v_learner", "p_learner")
     }
     actor, v_learner = roles["actor"], roles["v_learner"]

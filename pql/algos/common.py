@@ -66,10 +66,12 @@ class ClippedDoubleQ(ABC, Generic[PolicyT]):
     """The critic side of PQL, PQL-D and SAC: a double critic of heads `value` (algo.value:
     pql/algos/values.py) trained toward the n-step target R + γ_b (Q'(s', a') + b) of the head
     with the smaller value, a' and the bonus b from the algorithm's `next_action`; the policy is of
-    class PolicyT. Observations given to these methods are normalised."""
+    class PolicyT. Observations given to these methods are normalised; the critic reads the
+    critic's (critic_obs_dim of them), the policy the policy's (obs_dim)."""
 
-    def __init__(self, cfg: Any, obs_dim: int, act_dim: int):
+    def __init__(self, cfg: Any, obs_dim: int, act_dim: int, critic_obs_dim: int | None = None):
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
+        self.critic_obs_dim = obs_dim if critic_obs_dim is None else critic_obs_dim
         self.value: Value = (
             CategoricalValue(cfg.num_atoms, cfg.v_min, cfg.v_max) if cfg.value == "categorical" else ScalarValue()
         )
@@ -77,7 +79,7 @@ class ClippedDoubleQ(ABC, Generic[PolicyT]):
     def make_critic(self) -> nn.Module:
         net = self.cfg.net
         return DoubleQ(
-            self.obs_dim,
+            self.critic_obs_dim,
             self.act_dim,
             net.critic_hidden,
             out_dim=self.value.out_dim,
@@ -105,16 +107,21 @@ class ClippedDoubleQ(ABC, Generic[PolicyT]):
         the optimal value at their ends both are lower bounds of Q* under any behaviour, so the
         larger is the tighter; the n-step return is kept where the behaviour did better than the
         critic expects, and dropped where the noise of the behaviour's later actions cost more."""
-        next_obs, next_action, bonus = self._next(batch, policy)
-        next1, next2 = target_critic(next_obs, next_action)
+        next_critic_obs, next_action, bonus = self._next(batch, policy)
+        next1, next2 = target_critic(next_critic_obs, next_action)
         return self._target(batch, next1, next2, bonus)
 
     @torch.no_grad()
     def _next(self, batch: Batch, policy: PolicyT) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The next states the target bootstraps from (with greedy_nstep the n-step ones, then the
-        one-step ones), the actions a' there and the bonus b."""
-        next_obs = torch.cat([batch["next_obs"], batch["next_obs1"]]) if "next_obs1" in batch else batch["next_obs"]
-        return next_obs, *self.next_action(policy, next_obs)
+        """The critic's observations of the next states the target bootstraps from (with
+        greedy_nstep the n-step ones, then the one-step ones), the actions a' the policy takes
+        there and the bonus b."""
+        if "next_obs1" in batch:
+            next_obs = torch.cat([batch["next_obs"], batch["next_obs1"]])
+            next_critic_obs = torch.cat([batch["next_critic_obs"], batch["next_critic_obs1"]])
+        else:
+            next_obs, next_critic_obs = batch["next_obs"], batch["next_critic_obs"]
+        return next_critic_obs, *self.next_action(policy, next_obs)
 
     @torch.no_grad()
     def _target(
@@ -136,7 +143,7 @@ class ClippedDoubleQ(ABC, Generic[PolicyT]):
         batch (batch normalization in training mode) and its target see the state-actions and the
         next ones in one batch, as their statistics must be one batch's (CrossQ, FlashSAC). ->
         (loss, |δ| [B] = |min_j E[Q_j] − E[y]| for priorities, scalars to log). weights: [B]."""
-        obs, action = batch["obs"], batch["action"]
+        obs, action = batch["critic_obs"], batch["action"]
         if getattr(critic, "couples_batch", False) and critic.training:
             next_obs, next_action, bonus = self._next(batch, policy)
             both_obs, both_action, b = torch.cat([obs, next_obs]), torch.cat([action, next_action]), obs.shape[0]
@@ -157,13 +164,13 @@ class ClippedDoubleQ(ABC, Generic[PolicyT]):
     @torch.no_grad()
     def td_error(self, critic: nn.Module, target_critic: nn.Module, policy: PolicyT, batch: Batch) -> torch.Tensor:
         """|min_j E[Q_j(s, a)] − E[y]| [B], the TD error critic_loss reports, without a loss."""
-        out1, out2 = critic(batch["obs"], batch["action"])
+        out1, out2 = critic(batch["critic_obs"], batch["action"])
         target = self.td_target(batch, target_critic, policy)
         return (torch.min(self.q(out1), self.q(out2)) - self.value.target_mean(target)).abs()
 
-    def min_q(self, critic: nn.Module, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def min_q(self, critic: nn.Module, critic_obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """min(E[Q_1], E[Q_2])(s, a), the value a policy maximises. -> [B]."""
-        out1, out2 = critic(obs, action)
+        out1, out2 = critic(critic_obs, action)
         return torch.min(self.q(out1), self.q(out2))
 
     def critic_optim_params(self, critic: nn.Module) -> ParamGroups:

@@ -20,12 +20,12 @@ class Impala(GaussianActorCritic):
 
     def forward(self, traj: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """π and V on a trajectory (see `update`). -> (log π(a_s|x_s), H(π(·|x_s)), V(x_s), each [T, N]
-        with gradients, and V(final_obs_s) [T, N] without)."""
+        with gradients, and V(final_critic_obs_s) [T, N] without)."""
         T, N = traj["reward"].shape
         log_prob, entropy = log_prob_and_entropy(self.policy, traj["obs"].flatten(0, 1), traj["action"].flatten(0, 1))
-        values = self.critic(traj["obs"].flatten(0, 1))
+        values = self.critic(traj["critic_obs"].flatten(0, 1))
         with torch.no_grad():
-            final_values = self.critic(traj["final_obs"].flatten(0, 1))
+            final_values = self.critic(traj["final_critic_obs"].flatten(0, 1))
         return log_prob.view(T, N), entropy.view(T, N), values.view(T, N), final_values.view(T, N)
 
     @torch.no_grad()
@@ -46,8 +46,8 @@ class Impala(GaussianActorCritic):
         )
 
     def update(self, traj: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One learner step on a batch of trajectories:
-        obs [T, N, obs_dim] and final_obs [T, N, obs_dim] (normalised; final_obs = info["final_obs"]),
+        """One learner step on a batch of trajectories (normalised observations): obs [T, N, obs_dim],
+        the critic's critic_obs and final_critic_obs [T, N, critic_obs_dim] (of info["final_obs"]),
         action [T, N, act_dim], log_prob [T, N] (behaviour μ), reward [T, N],
         terminated [T, N] bool, truncated [T, N] bool.
         -> scalars to log (0-d tensors: reading one is a host sync)."""

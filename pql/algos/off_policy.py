@@ -1,6 +1,7 @@
 """An off-policy algorithm (PQL, PQL-D, SAC) as one object, `OffPolicyAlgorithm`: it owns the
 critic, its target, the policy, the policy average the run delivers and their optimisers, and
-exposes whole steps: `update_critic(batch, weights)`, `update_policy(obs)`, `act(obs, noise)`. The
+exposes whole steps: `update_critic(batch, weights)`, `update_policy(obs, critic_obs)`,
+`act(obs, noise)`. The
 maths comes from the algorithm's rules (pql.algos.rules.OffPolicyRules); the roles of
 pql/runtime/off_policy move data, count updates and sync weights.
 
@@ -297,7 +298,7 @@ class OffPolicyAlgorithm(Generic[PolicyT, NoiseT]):
 
     @cached_property
     def critic(self) -> nn.Module:
-        """Q: (obs [B, obs_dim], action [B, act_dim]) -> its heads."""
+        """Q: (critic_obs [B, critic_obs_dim], action [B, act_dim]) -> its heads."""
         return self.rules.make_critic().to(self.device).eval()
 
     @cached_property
@@ -353,9 +354,10 @@ class OffPolicyAlgorithm(Generic[PolicyT, NoiseT]):
         td_abs, stats = self._critic_step.step(batch, weights)
         return td_abs, stats
 
-    def update_policy(self, obs: torch.Tensor) -> Stats:
-        """One policy update on normalised observations [B, obs_dim]. -> scalars to log."""
-        (stats,) = self._policy_step.step(obs)
+    def update_policy(self, obs: torch.Tensor, critic_obs: torch.Tensor) -> Stats:
+        """One policy update on normalised observations of B states, the policy's [B, obs_dim] and
+        the critic's [B, critic_obs_dim]. -> scalars to log."""
+        (stats,) = self._policy_step.step(obs, critic_obs)
         return stats
 
     @cached_property
@@ -385,8 +387,8 @@ class OffPolicyAlgorithm(Generic[PolicyT, NoiseT]):
         policy.train()
         project = Projection(policy)
 
-        def loss(obs: torch.Tensor):
-            return self.rules.policy_loss(policy, critic, obs)
+        def loss(obs: torch.Tensor, critic_obs: torch.Tensor):
+            return self.rules.policy_loss(policy, critic, obs, critic_obs)
 
         average: Callable[[], None] = lambda: None
         static: list[torch.Tensor] = list(policy.buffers())

@@ -81,7 +81,8 @@ class GaussianActorCritic(Checkpointable, OnPolicyRules):
     """A Gaussian policy π, a value function V and one Adam over both: what PPO and IMPALA
     learn (cfg: PPOConfig or ImpalaConfig), each with an `update` of its own (OnPolicyRules).
     average_gradients(params), called between the backward pass and the clipping, averages the
-    gradients over data-parallel replicas (by default there is one: nothing to do)."""
+    gradients over data-parallel replicas (by default there is one: nothing to do). V reads
+    critic_obs_dim observations (None: the policy's obs_dim)."""
 
     state_attrs = ("policy", "critic", "optim")
 
@@ -92,11 +93,15 @@ class GaussianActorCritic(Checkpointable, OnPolicyRules):
         act_dim: int,
         device: torch.device,
         average_gradients: Callable[[list[torch.Tensor]], None] = lambda params: None,
+        critic_obs_dim: int | None = None,
     ):
         self.cfg, self.average_gradients = cfg, average_gradients
         self.policy = make_gaussian_policy(cfg, obs_dim, act_dim).to(device)
         self.critic: nn.Module = ValueNet(
-            obs_dim, cfg.net.critic_hidden, cfg.net.critic_layer_norm, activation=cfg.net.activation
+            obs_dim if critic_obs_dim is None else critic_obs_dim,
+            cfg.net.critic_hidden,
+            cfg.net.critic_layer_norm,
+            activation=cfg.net.activation,
         ).to(device)
         self.params: list[torch.Tensor] = [*self.policy.parameters(), *self.critic.parameters()]
         self.optim = adam(self.params, cfg.lr)
@@ -117,8 +122,8 @@ class PPO(GaussianActorCritic):
     def advantages(self, rollout: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> (advantages [T, N], value targets [T, N], V(s_t) [T, N]) of a rollout (see `update`)."""
         T, N = rollout["reward"].shape
-        values = self.critic(rollout["obs"].flatten(0, 1)).view(T, N)
-        next_values = self.critic(rollout["final_obs"].flatten(0, 1)).view(T, N)
+        values = self.critic(rollout["critic_obs"].flatten(0, 1)).view(T, N)
+        next_values = self.critic(rollout["final_critic_obs"].flatten(0, 1)).view(T, N)
         advantages, returns = gae(
             rollout["reward"],
             values,
@@ -131,8 +136,8 @@ class PPO(GaussianActorCritic):
         return advantages, returns, values
 
     def update(self, rollout: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One PPO iteration on a rollout:
-        obs [T, N, obs_dim] and final_obs [T, N, obs_dim] (normalised; final_obs = info["final_obs"]),
+        """One PPO iteration on a rollout (normalised observations): obs [T, N, obs_dim], the
+        critic's critic_obs and final_critic_obs [T, N, critic_obs_dim] (of info["final_obs"]),
         action [T, N, act_dim], log_prob [T, N] (behaviour π_θold), reward [T, N],
         terminated [T, N] bool, truncated [T, N] bool.
         -> scalars to log, averaged over the minibatches (0-d tensors: reading one is a host sync)."""
@@ -141,6 +146,7 @@ class PPO(GaussianActorCritic):
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         batch = {
             "obs": rollout["obs"].flatten(0, 1),
+            "critic_obs": rollout["critic_obs"].flatten(0, 1),
             "action": rollout["action"].flatten(0, 1),
             "log_prob": rollout["log_prob"].flatten(0, 1),
             "advantage": advantages.flatten(),
@@ -154,7 +160,9 @@ class PPO(GaussianActorCritic):
                 mb = {k: v[idx] for k, v in batch.items()}
                 log_prob, entropy = log_prob_and_entropy(self.policy, mb["obs"], mb["action"])
                 policy_loss, ratio = clipped_surrogate_loss(log_prob, mb["log_prob"], mb["advantage"], cfg.clip)
-                value_loss = clipped_value_loss(self.critic(mb["obs"]), mb["value"], mb["return"], cfg.value_clip)
+                value_loss = clipped_value_loss(
+                    self.critic(mb["critic_obs"]), mb["value"], mb["return"], cfg.value_clip
+                )
                 loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy.mean()
                 self.optimise(loss)
                 stats += torch.stack(

@@ -45,10 +45,10 @@ class PQL(ClippedDoubleQ[DeterministicActor], OffPolicyRules[DeterministicActor,
         return smoothed_target_action(policy, next_obs, self.cfg.target_noise, self.cfg.target_noise_clip), None
 
     def policy_loss(
-        self, policy: DeterministicActor, critic: nn.Module, obs: torch.Tensor
+        self, policy: DeterministicActor, critic: nn.Module, obs: torch.Tensor, critic_obs: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Maximise min(E[Q1], E[Q2])(s, π(s)). -> (loss, scalars to log)."""
-        loss = -self.min_q(critic, obs, policy(obs)).mean()
+        loss = -self.min_q(critic, critic_obs, policy(obs)).mean()
         return loss, {"policy/loss": loss.detach()}
 
     def policy_optim_params(self, policy: DeterministicActor) -> ParamGroups:

@@ -60,14 +60,14 @@ class SAC(ClippedDoubleQ[SquashedGaussianActor], OffPolicyRules[SquashedGaussian
         return next_action, -policy.log_alpha.exp() * next_log_prob
 
     def policy_loss(
-        self, policy: SquashedGaussianActor, critic: nn.Module, obs: torch.Tensor
+        self, policy: SquashedGaussianActor, critic: nn.Module, obs: torch.Tensor, critic_obs: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """J_π = E[α log π(a|s) − min_j E[Q_j](s, a)], a ~ π(·|s) reparameterised (SAC Eq. 12),
         plus the temperature loss J(α) = E[−α (log π(a|s) + H̄)] (SAC Eq. 18). α is held fixed in
         J_π and log π in J(α), so each loss moves only its own parameters. -> (loss, scalars)."""
         action, log_prob = policy.sample(obs)
         alpha = policy.log_alpha.exp()
-        actor_loss = (alpha.detach() * log_prob - self.min_q(critic, obs, action)).mean()
+        actor_loss = (alpha.detach() * log_prob - self.min_q(critic, critic_obs, action)).mean()
         alpha_loss = -(alpha * (log_prob.detach() + self.target_entropy)).mean()
         return actor_loss + alpha_loss, {
             "policy/loss": actor_loss.detach(),

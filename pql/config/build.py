@@ -115,8 +115,9 @@ def _cross_checks(cfg: Config) -> None:
         raise ConfigError("task.kwargs", cfg.task.kwargs, "none for pql's own tasks and isaacgym/<Task>")
     if cfg.task.import_module is not None and form != "gym":
         raise ConfigError("task.import_module", cfg.task.import_module, "null unless the task is gym:<EnvId>")
-    if cfg.task.policy_group is not None and form != "factory":
-        raise ConfigError("task.policy_group", cfg.task.policy_group, "null unless the task is <module>:<factory>")
+    for key in ("policy_group", "critic_group"):
+        if getattr(cfg.task, key) is not None and form != "factory":
+            raise ConfigError(f"task.{key}", getattr(cfg.task, key), "null unless the task is <module>:<factory>")
     # Isaac Gym allows one simulation per process, and the evaluation envs are one already.
     if form == "isaacgym" and cfg.runtime.mode != "process":
         raise ConfigError(

@@ -104,6 +104,18 @@ class TaskConfig:
         doc="the observation group the policy sees, of a <module>:<factory> env with groups (an rsl_rl "
         "VecEnv's TensorDict); null: policy where the env has it, else actor",
     )
+    critic_group: str | None = option(
+        None,
+        "an observation group's name such as critic",
+        doc="the observation group the critic sees, of a <module>:<factory> env with groups; null: critic "
+        "where the env has it, else the policy's",
+    )
+    privileged_critic: bool = option(
+        True,
+        "true or false",
+        doc="whether the critic reads the observations an env offers it beside the policy's (a critic group: "
+        "asymmetric actor-critic); false: it reads the policy's",
+    )
     vectorization: str = option(
         "async",
         "one of async, sync",

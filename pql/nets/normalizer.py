@@ -55,6 +55,13 @@ class ObsNormalizer(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return ((obs - self.mean) / (self.var + self.eps).sqrt()).clamp(-self.clip, self.clip)
 
+    def head(self, columns: int) -> ObsNormalizer:
+        """A normaliser of the first `columns` observations only, with these statistics (copied):
+        the policy's, which a run delivers where the critic reads more (pql.envs.ObsLayout)."""
+        head = ObsNormalizer(columns, self.clip, self.eps).to(self.mean.device)
+        head.load_state_dict({"mean": self.mean[:columns], "var": self.var[:columns], "count": self.count})
+        return head
+
 
 class ReturnScale(nn.Module):
     """The scale the critic's rewards are divided by with algo.return_scaling (SimbaV2, FlashSAC):

@@ -36,14 +36,15 @@ class RunMonitor(Protocol):
 
 
 class Runner(Protocol):
-    """What a runner supplies to `train`: `__init__(settings, device, obs_dim, act_dim, resume)`
+    """What a runner supplies to `train`: `__init__(settings, device, obs, act_dim, resume)`
     builds its roles from its settings (pql.runtime.settings), restored from `resume` (the
-    checkpoint's state, or None), and these."""
+    checkpoint's state, or None), and these. obs: which observations the policy and the critic
+    read (pql.envs.ObsLayout)."""
 
     @staticmethod
     def make_policy(algo, obs_dim: int, act_dim: int) -> nn.Module:
-        """An untrained policy module of this algorithm, from its section of the config
-        (test=true loads the checkpoint's into it)."""
+        """An untrained policy module of this algorithm reading obs_dim observations, from its
+        section of the config (test=true loads the checkpoint's into it)."""
 
     @property
     def trains_elsewhere(self) -> bool:
@@ -69,7 +70,8 @@ class Runner(Protocol):
         """The version of the newest policy (0: none made yet, nothing to evaluate)."""
 
     def latest_policy(self) -> tuple[nn.Module, nn.Module, int]:
-        """(policy module, normalizer, version) of the newest policy, for evaluation."""
+        """(policy module, normalizer of the policy's observations, version) of the newest policy,
+        for evaluation."""
 
     # Whether each replica's state differs from rank 0's in what a resume needs (a replay, envs
     # where they stand): then every replica writes its own part of each checkpoint
@@ -84,7 +86,8 @@ class Runner(Protocol):
         return wanted
 
     def checkpoint(self) -> dict:
-        """{"counters", "policy", "normalizer", "roles"} of the checkpoint layout (run.py)."""
+        """{"counters", "policy", "normalizer", "roles"} of the checkpoint layout (run.py); the
+        normalizer's statistics are of the policy's observations only, as the policy is delivered."""
 
     def close(self) -> None:
         """Release what run() started (processes, envs); called however the run ends."""

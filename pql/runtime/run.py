@@ -49,7 +49,7 @@ from pql.checkpoint import (
     set_rng_state,
 )
 from pql.config import CHECKPOINT_AUTO, ConfigError, announce, resolve
-from pql.envs import build_env
+from pql.envs import ObsLayout, build_env
 from pql.evaluate import evaluate
 from pql.logging import RunLogger
 from pql.nets import ObsNormalizer
@@ -133,14 +133,14 @@ def _run_with(settings: RunSettings, replicas: Replicas, signals: StopSignals, e
     device, envs = settings.device, settings.eval_envs
     if task_form(envs.task.name) != "own":  # a user's env: broken, it fails here in one line, not in a role
         raise_on_findings(check_contract(eval_env, quick=True), envs.task.name)
-    obs_dim, act_dim = eval_env.obs_dim, eval_env.act_dim
+    obs, act_dim = ObsLayout.of(eval_env, envs.task.privileged_critic), eval_env.act_dim
     resume = load_resume(settings.resume, replicas.world, replicas.rank)
     _check_same_start(settings.resume, resume, replicas)
     runner_cls = load_runner(settings.algo)
     if settings.resume.test:
         assert resume is not None, "test=true without a checkpoint is a config error (pql.config)"
         return evaluate_checkpoint(settings, runner_cls, eval_env, resume)
-    runner: Runner = runner_cls(settings.runner, device, obs_dim, act_dim, resume)
+    runner: Runner = runner_cls(settings.runner, device, obs, act_dim, resume)
     if resume is not None:
         set_rng_state(resume["rng"])  # after the networks are built: building them draws from it
     _announce_start(settings.resume, resume, settings.monitor.run_dir, replicas.world)
@@ -241,7 +241,8 @@ def checkpoint_policy(
     runner_cls, algo, state: dict, obs_dim: int, act_dim: int, device
 ) -> tuple[nn.Module, ObsNormalizer]:
     """The policy a checkpoint delivers (a policy of `runner_cls` for its algorithm's section
-    `algo`) and its observation normaliser, on device."""
+    `algo`, reading obs_dim observations: an env's policy_obs_dim) and its observation
+    normaliser, on device."""
     policy = runner_cls.make_policy(algo, obs_dim, act_dim).to(device).eval()  # a network's inference mode
     policy.load_state_dict(state["policy"])
     normalizer = ObsNormalizer(obs_dim).to(device)
@@ -252,7 +253,7 @@ def checkpoint_policy(
 def evaluate_checkpoint(settings: RunSettings, runner_cls, eval_env, state: dict) -> dict:
     """test=true: evaluate the checkpoint's policy and print what it scored. -> the eval scalars."""
     policy, normalizer = checkpoint_policy(
-        runner_cls, settings.runner.algo, state, eval_env.obs_dim, eval_env.act_dim, settings.device
+        runner_cls, settings.runner.algo, state, eval_env.policy_obs_dim, eval_env.act_dim, settings.device
     )
     scores = evaluate(eval_env, policy, normalizer)
     metric = eval_env.episode_metric

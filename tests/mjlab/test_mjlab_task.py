@@ -48,10 +48,10 @@ def test_a_finished_episode_hands_on_its_last_observation_and_the_env_starts_a_n
     env.close()
 
 
-def test_the_adapter_reads_the_actor_group_and_the_given_final_observations():
+def test_the_adapter_reads_the_actor_and_critic_groups_and_the_given_final_observations():
     env = tasks.make(TASK, 4, "cpu", seed=0)
     assert isinstance(env, RslRlEnv)
-    assert env.obs_dim == 5 and env.act_dim == 1 and env.max_episode_steps == 1000
+    assert (env.policy_obs_dim, env.critic_obs_dim, env.act_dim, env.max_episode_steps) == (5, 5, 1, 1000)
     env.reset()
     for _ in range(3):
         env.step(torch.zeros(4, 1))

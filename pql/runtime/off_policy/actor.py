@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from pql.algos.off_policy import OffPolicyAlgorithm
-from pql.envs import build_env, to_env_action
+from pql.envs import ObsLayout, build_env, to_env_action
 from pql.nets import ObsNormalizer, ReturnScale
 from pql.replay.nstep import NStepWindow
 from pql.runtime.contracts import CRITIC, NORMALIZER, POLICY, RETURN_SCALE, Role
@@ -35,14 +35,20 @@ class Actor(Role):
         shared: PQLShared,
         algorithm: OffPolicyAlgorithm,
         ratios: RatioController,
+        obs: ObsLayout,
         fresh_start: bool,
         group: ReplicaGroup,
     ):
         self.settings, self.shared, self.ratios, self.group = settings, shared, ratios, group
-        self.algorithm = algorithm
+        self.algorithm, self.obs_layout = algorithm, obs
         self.device = device = settings.device
         envs = settings.envs
         self.env = build_env(envs.task, envs.num_envs, device, envs.seed)
+        if (layout := ObsLayout.of(self.env, envs.task.privileged_critic)) != obs:
+            raise TaskError(
+                f"{envs.task.name}: the training envs' observations ({layout}) are not laid out as the evaluation "
+                f"envs' ({obs}): a factory must make envs of one layout whatever their number"
+            )
         self.policy_reader = WeightsReader(shared.weights[POLICY], algorithm.policy)
         self.acting = InferenceCopy(algorithm.policy, settings.precision)
         self.normalizer = ObsNormalizer(self.env.obs_dim).to(device)
@@ -110,7 +116,7 @@ class Actor(Role):
             "next_obs": self.normalizer(final_obs),
             "discount": self.settings.gamma * (~terminated).float(),
         }
-        return self.algorithm.priority(batch)
+        return self.algorithm.priority(self.obs_layout.split(batch))
 
     @torch.no_grad()
     def step(self) -> None:
@@ -138,7 +144,9 @@ class Actor(Role):
                 torch.rand((self.env.num_envs, self.env.act_dim), device=self.device, generator=self.generator) * 2 - 1
             )
         else:
-            action = self.algorithm.act(self.normalizer(self.obs), self.noise, self.acting.module)
+            action = self.algorithm.act(
+                self.obs_layout.policy(self.normalizer(self.obs)), self.noise, self.acting.module
+            )
         with finite_actions(self.name, f"actor step {c.actor_steps:,}"):
             next_obs, reward, terminated, truncated, info = self.env.step(to_env_action(action, self.env))
         c.env_steps += self.env.num_envs

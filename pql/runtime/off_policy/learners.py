@@ -10,6 +10,7 @@ import torch
 
 from pql.algos.off_policy import OffPolicyAlgorithm, Part
 from pql.bulk import disk_size, fits_disk, nbytes, read_bulk, stem_of, write_bulk
+from pql.envs import ObsLayout
 from pql.nets import ObsNormalizer, ReturnScale
 from pql.replay import ReplayBuffer, UniformSampler, make_sampler, replay_layout, sampler_layout_kind
 from pql.replay.nstep import transition_spec
@@ -41,7 +42,8 @@ def replay_layouts(settings: OffPolicySettings, obs_dim: int, act_dim: int) -> d
 
 
 class _Learner(Role):
-    """What both learners share: ingesting the staging ring, the normaliser copy, and their state:
+    """What both learners share: ingesting the staging ring, the normaliser copy, sampling batches
+    of normalised observations split into the policy's and the critic's (`obs`), and their state:
     the part of the algorithm they train (`part`: its networks and optimiser), the generator, and
     on loading, a publication of the networks this learner owns (`publishes`, each under its
     attribute's name in the algorithm and in shared.weights) so that every copy starts from them."""
@@ -62,20 +64,21 @@ class _Learner(Role):
         shared: PQLShared,
         algorithm: OffPolicyAlgorithm,
         ratios: RatioController,
-        obs_dim: int,
+        obs: ObsLayout,
         spec: dict,
         sampler,
         seed_offset: int,
         group: ReplicaGroup,
     ):
         self.shared, self.algorithm, self.ratios, self.group = shared, algorithm, ratios, group
+        self.obs_layout = obs
         self.device = device = settings.device
         self.batch_size, self.publish_every = settings.batch_size, settings.publish_every
         self.snapshot_dir = settings.snapshot_dir
         self.replay_size_told = False
         self.generator = torch.Generator(device=device).manual_seed(settings.seed + seed_offset)
         self.replay = ReplayBuffer(settings.capacity, spec, device, sampler, self.generator)
-        self.normalizer = ObsNormalizer(obs_dim).to(device)
+        self.normalizer = ObsNormalizer(obs.width).to(device)
         self.normalizer_reader = WeightsReader(shared.weights[NORMALIZER], self.normalizer)
         self.updates = 0
         self.ingested = getattr(shared.counters, self.consumed_counter)  # staged batches whose copy is queued
@@ -106,7 +109,7 @@ class _Learner(Role):
         for k in ("obs", "next_obs", "next_obs1"):
             if k in batch:
                 batch[k] = self.normalizer(batch[k])
-        return batch, indices, weights
+        return self.obs_layout.split(batch), indices, weights
 
     def step(self) -> None:
         """One update (`_update`), then the publication and the loss report when due, then count it."""
@@ -193,15 +196,15 @@ class VLearner(_Learner):
         shared: PQLShared,
         algorithm: OffPolicyAlgorithm,
         ratios: RatioController,
-        obs_dim: int,
+        obs: ObsLayout,
         act_dim: int,
         group: ReplicaGroup,
     ):
         device = settings.device
         sampler = make_sampler(settings.replay, settings.capacity, device)
-        spec = transition_spec(obs_dim, act_dim, settings.keeps_first_step)
+        spec = transition_spec(obs.width, act_dim, settings.keeps_first_step)
         self.fields = tuple(spec)
-        super().__init__(settings, shared, algorithm, ratios, obs_dim, spec, sampler, 2, group)
+        super().__init__(settings, shared, algorithm, ratios, obs, spec, sampler, 2, group)
         self.settings = settings
         self.staged_priorities = settings.staged_priorities
         group.broadcast(algorithm.critic)  # before its target is made from it
@@ -260,10 +263,10 @@ class PLearner(_Learner):
         shared: PQLShared,
         algorithm: OffPolicyAlgorithm,
         ratios: RatioController,
-        obs_dim: int,
+        obs: ObsLayout,
         group: ReplicaGroup,
     ):
-        super().__init__(settings, shared, algorithm, ratios, obs_dim, observation_spec(obs_dim), None, 3, group)
+        super().__init__(settings, shared, algorithm, ratios, obs, observation_spec(obs.width), None, 3, group)
         group.broadcast(algorithm.policy)
         self.critic_reader = WeightsReader(shared.weights[CRITIC], algorithm.critic)
         if algorithm.policy_average:
@@ -278,7 +281,7 @@ class PLearner(_Learner):
     def _update(self) -> dict:
         self.critic_reader.pull()
         batch, _, _ = self._sample(self.batch_size)
-        info = self.algorithm.update_policy(batch["obs"])
+        info = self.algorithm.update_policy(batch["obs"], batch["critic_obs"])
         self.updates += 1
         return info
 

@@ -11,6 +11,7 @@ from pql.algos.off_policy import OffPolicyAlgorithm
 from pql.algos.rules import OffPolicyRules
 from pql.checkpoint import rng_state, set_rng_state
 from pql.config import ALGORITHMS, ROLE_NAMES, OffPolicyConfig
+from pql.envs import ObsLayout
 from pql.nets import ObsNormalizer, ReturnScale
 from pql.replay.nstep import staging_spec
 from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY, RETURN_SCALE, Role
@@ -26,9 +27,10 @@ from pql.runtime.waiting import Waiter
 from pql.runtime.weight_sync import SharedWeights
 
 
-def make_rules(algo: OffPolicyConfig, obs_dim: int, act_dim: int) -> OffPolicyRules:
-    """The update rules of `algo` (pql, pql_d or sac), from its own section of the config."""
-    return ALGORITHMS[algo.name].load_rules()(algo, obs_dim, act_dim)
+def make_rules(algo: OffPolicyConfig, obs: ObsLayout, act_dim: int) -> OffPolicyRules:
+    """The update rules of `algo` (pql, pql_d or sac), from its own section of the config, for a
+    policy and a critic reading `obs`'s columns."""
+    return ALGORITHMS[algo.name].load_rules()(algo, obs.policy_dim, act_dim, obs.critic_dim)
 
 
 def make_shared(settings: OffPolicySettings, rules: OffPolicyRules, obs_dim: int, act_dim: int, ctx=None) -> PQLShared:
@@ -75,7 +77,7 @@ def build_role(
     shared: PQLShared,
     rules: OffPolicyRules,
     ratios: RatioController,
-    obs_dim: int,
+    obs: ObsLayout,
     act_dim: int,
     fresh_start: bool,
 ) -> Role:
@@ -86,20 +88,20 @@ def build_role(
     group = role_group(process.replicas, name, device, process.waits.stall_s)
     algorithm = OffPolicyAlgorithm(rules, device, settings.updates, group.gradient_mean())
     if name == "actor":
-        return Actor(settings.actor, shared, algorithm, ratios, fresh_start, group)
+        return Actor(settings.actor, shared, algorithm, ratios, obs, fresh_start, group)
     if name == "v_learner":
-        return VLearner(settings.v_learner, shared, algorithm, ratios, obs_dim, act_dim, group)
-    return PLearner(settings.p_learner, shared, algorithm, ratios, obs_dim, group)
+        return VLearner(settings.v_learner, shared, algorithm, ratios, obs, act_dim, group)
+    return PLearner(settings.p_learner, shared, algorithm, ratios, obs, group)
 
 
 def role_main(
-    name: str, settings: OffPolicySettings, shared: PQLShared, obs_dim: int, act_dim: int, resume: dict | None
+    name: str, settings: OffPolicySettings, shared: PQLShared, obs: ObsLayout, act_dim: int, resume: dict | None
 ) -> None:
     """Entry point of a role process. The role lives in serve(), whose frame ends, and with it the
     role's hold on the shared tensors, before role_process releases them."""
     process = settings.process
     with role_process(name, shared, process.threads.per_process(len(ROLE_NAMES)), process.log_path):
-        serve(name, settings, shared, obs_dim, act_dim, resume)
+        serve(name, settings, shared, obs, act_dim, resume)
     exit_without_teardown()
 
 
@@ -134,15 +136,15 @@ class CutPart:
 
 
 def serve(
-    name: str, settings: OffPolicySettings, shared: PQLShared, obs_dim: int, act_dim: int, resume: dict | None
+    name: str, settings: OffPolicySettings, shared: PQLShared, obs: ObsLayout, act_dim: int, resume: dict | None
 ) -> None:
     """Build role `name` and run it until the run stops, answering checkpoint requests."""
     use_device(settings.role(name).device)
     # Each replica explores with noise of its own (networks start from rank 0's: learners.py).
     torch.manual_seed(settings.process.seed + 17 * (ROLE_NAMES.index(name) + 1))
     ratios = make_ratios(settings.ratios, shared)
-    rules = make_rules(settings.algo, obs_dim, act_dim)
-    role = build_role(name, settings, shared, rules, ratios, obs_dim, act_dim, fresh_start=resume is None)
+    rules = make_rules(settings.algo, obs, act_dim)
+    role = build_role(name, settings, shared, rules, ratios, obs, act_dim, fresh_start=resume is None)
     if resume is not None:
         role.load_state_dict(resume["roles"][name])
         if "rng" in resume["roles"][name]:  # this process's own streams (exploration, target noise)

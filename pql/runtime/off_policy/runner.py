@@ -10,6 +10,7 @@ from torch import nn
 
 from pql.checkpoint import CheckpointError
 from pql.config import ROLE_NAMES, SACConfig
+from pql.envs import ObsLayout
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, Role, Runner
 from pql.runtime.control import RatioCounters
@@ -61,22 +62,22 @@ class OffPolicyRunner(Runner):
 
     @staticmethod
     def make_policy(algo, obs_dim: int, act_dim: int) -> nn.Module:
-        return make_rules(algo, obs_dim, act_dim).make_policy()
+        return make_rules(algo, ObsLayout.shared(obs_dim), act_dim).make_policy()
 
-    def __init__(self, settings: OffPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
-        self.settings, self.device, self.obs_dim, self.act_dim, self.resume = settings, device, obs_dim, act_dim, resume
+    def __init__(self, settings: OffPolicySettings, device, obs: ObsLayout, act_dim: int, resume: dict | None):
+        self.settings, self.device, self.obs, self.act_dim, self.resume = settings, device, obs, act_dim, resume
         self.world = settings.process.replicas.world  # env_steps counts every replica's
         self.scales_returns = settings.v_learner.return_bound is not None
         self.samples_policy = isinstance(settings.algo, SACConfig)  # SAC: its temperature and entropy are logged
-        rules = make_rules(settings.algo, obs_dim, act_dim)
+        rules = make_rules(settings.algo, obs, act_dim)
         devices = [settings.role(name).device for name in ROLE_NAMES]
         self.ctx = role_context(devices, role_main) if settings.process_mode else None
-        self.shared = make_shared(settings, rules, obs_dim, act_dim, self.ctx)
+        self.shared = make_shared(settings, rules, obs.width, act_dim, self.ctx)
         self.counters = self.shared.counters
         if resume is not None:
             check_network_sizes(resume, self.shared.weights)
             self.counters.load(resume["counters"])
-        if resume is not None and kept_replay(resume, replay_layouts(settings, obs_dim, act_dim)):
+        if resume is not None and kept_replay(resume, replay_layouts(settings, obs.width, act_dim)):
             self.counters.continue_launch(resume["launch"])
         else:
             self.counters.start_launch(settings.warmup_steps)
@@ -87,7 +88,7 @@ class OffPolicyRunner(Runner):
         if self.ctx is None:
             self.roles = {
                 name: build_role(
-                    name, settings, self.shared, rules, self.ratios, obs_dim, act_dim, fresh_start=resume is None
+                    name, settings, self.shared, rules, self.ratios, obs, act_dim, fresh_start=resume is None
                 )
                 for name in ROLE_NAMES
             }
@@ -100,10 +101,11 @@ class OffPolicyRunner(Runner):
             # publish theirs once started, newer versions that every reader takes.
             for name, snapshot in resume["weights"].items():
                 self.shared.weights[name].restore(snapshot)
-        # The main process's copies of the newest delivered policy and statistics, for evaluation.
+        # The main process's copies of the newest delivered policy and statistics (of all the
+        # observations, the critic's too), for evaluation.
         self.delivered = settings.delivered
         self.policy = rules.make_policy().to(device).requires_grad_(False).eval()
-        self.normalizer = ObsNormalizer(obs_dim).to(device)
+        self.normalizer = ObsNormalizer(obs.width).to(device)
         self.policy_reader = WeightsReader(self.shared.weights[self.delivered], self.policy)
         self.normalizer_reader = WeightsReader(self.shared.weights[NORMALIZER], self.normalizer)
 
@@ -124,7 +126,7 @@ class OffPolicyRunner(Runner):
                     self.ctx,
                     name,
                     role_main,
-                    (name, self.settings, self.shared, self.obs_dim, self.act_dim, self.resume),
+                    (name, self.settings, self.shared, self.obs, self.act_dim, self.resume),
                 )
                 for name in ROLE_NAMES
             },
@@ -181,7 +183,7 @@ class OffPolicyRunner(Runner):
         """Waits for a whole copy of the newest published policy, never an older one."""
         version = self.policy_reader.pull_latest()
         self.normalizer_reader.pull_latest()
-        return self.policy, self.normalizer, version
+        return self.policy, self.normalizer.head(self.obs.policy_dim), version
 
     def checkpoint_ready(self, wanted: bool) -> bool:
         """In process mode with several replicas each replica's roles run on their own clocks, so
@@ -219,12 +221,18 @@ class OffPolicyRunner(Runner):
             "launch": {k: counts[k] for k in RatioCounters.launch},
             "weights": {name: weights.snapshot() for name, weights in self.shared.weights.items()},
             "policy": roles["p_learner"][self.delivered],
-            "normalizer": roles["actor"]["normalizer"],
+            "normalizer": self._policy_normalizer(roles["actor"]["normalizer"]),
             "roles": roles,
         }
         if self.processes is not None:
             self._let_a_diverged_role_say_so(state, self.processes)
         return state
+
+    def _policy_normalizer(self, actor_normalizer: dict) -> dict:
+        """The statistics of the policy's observations, of the actor's normaliser's state."""
+        normalizer = ObsNormalizer(self.obs.width)
+        normalizer.load_state_dict(actor_normalizer)
+        return normalizer.head(self.obs.policy_dim).state_dict()
 
     def _counts_at_cut(self, roles: dict) -> dict:
         """The counters of a cut, from the parts (each role's counts as it handed in)."""

@@ -17,7 +17,7 @@ import torch
 from pql.algos.impala import Impala
 from pql.algos.ppo import make_gaussian_policy
 from pql.config import ImpalaConfig
-from pql.envs import build_env
+from pql.envs import ObsLayout, build_env
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, POLICY
 from pql.runtime.device import synchronize, use_device
@@ -91,11 +91,12 @@ class ImpalaActor:
         self.finished = False
         envs = settings.envs
         env = build_env(envs.task, envs.num_envs, device, envs.seed)
-        self.policy = make_gaussian_policy(settings.algo, env.obs_dim, env.act_dim).to(device)
+        obs = ObsLayout.of(env, envs.task.privileged_critic)
+        self.policy = make_gaussian_policy(settings.algo, obs.policy_dim, env.act_dim).to(device)
         self.policy_reader = WeightsReader(shared.weights[POLICY], self.policy)
-        normalizer = ObsNormalizer(env.obs_dim).to(device)
+        normalizer = ObsNormalizer(obs.width).to(device)
         WeightsReader(shared.weights[NORMALIZER], normalizer).pull_latest()  # the statistics of a resumed run
-        self.worker = RolloutWorker(env, normalizer, self.group, shared.counters.episodes)
+        self.worker = RolloutWorker(env, obs, normalizer, self.group, shared.counters.episodes)
 
     def done(self) -> bool:
         return self.finished or self.group.replicas.budget_spent(
@@ -152,14 +153,14 @@ def serve_actor(settings: OnPolicySettings, shared: ImpalaShared) -> None:
 class ImpalaRunner(OnPolicyRunner):
     learner_cls = Impala
 
-    def __init__(self, settings: OnPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
-        super().__init__(settings, device, obs_dim, act_dim, resume)
+    def __init__(self, settings: OnPolicySettings, device, obs: ObsLayout, act_dim: int, resume: dict | None):
+        super().__init__(settings, device, obs, act_dim, resume)
         algo = impala_section(settings)
         self.ctx = role_context([device], actor_main) if settings.process_mode else None
         self.shared = make_shared_state(
             QueueCounters(),
             RunStats(),
-            trajectory_ring_spec(obs_dim, act_dim),
+            trajectory_ring_spec(obs.width, act_dim),
             (algo.queue_size, algo.unroll, settings.envs.num_envs),
             device,
             {POLICY: SharedWeights(self.learner.policy, device), NORMALIZER: SharedWeights(self.normalizer, device)},
@@ -226,7 +227,7 @@ class ImpalaRunner(OnPolicyRunner):
         self.lag_count += 1
         synchronize(self.device)  # the copy is done before the slot is freed: one wait per trajectory
         shared.add("taken")
-        info = self.learner.update(traj)
+        info = self.learner.update(self.obs.split_rollout(traj))
         self.updates += 1
         if self.updates % self.settings.publish_every == 0:
             shared.weights[POLICY].publish(self.learner.policy)

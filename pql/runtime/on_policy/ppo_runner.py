@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pql.algos.ppo import PPO
 from pql.config import PPOConfig
-from pql.envs import build_env
+from pql.envs import ObsLayout, build_env
 from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
 from pql.runtime.settings import OnPolicySettings
@@ -14,16 +14,16 @@ from pql.runtime.shared import alloc_tensors
 class PPORunner(OnPolicyRunner):
     learner_cls = PPO
 
-    def __init__(self, settings: OnPolicySettings, device, obs_dim: int, act_dim: int, resume: dict | None):
+    def __init__(self, settings: OnPolicySettings, device, obs: ObsLayout, act_dim: int, resume: dict | None):
         envs, algo = settings.envs, settings.algo
         assert isinstance(algo, PPOConfig)
         self.algo = algo
         T, N = algo.horizon, envs.num_envs
-        super().__init__(settings, device, obs_dim, act_dim, resume)
+        super().__init__(settings, device, obs, act_dim, resume)
         self.env_steps = self.resumed["env_steps"]
         self.env = build_env(envs.task, N, device, envs.seed)
-        self.worker = RolloutWorker(self.env, self.normalizer, self.group, self.resumed["episodes"])
-        self.rollout = alloc_tensors(trajectory_spec(obs_dim, act_dim), (T, N), device)
+        self.worker = RolloutWorker(self.env, obs, self.normalizer, self.group, self.resumed["episodes"])
+        self.rollout = alloc_tensors(trajectory_spec(obs.width, act_dim), (T, N), device)
         self.agreed = 0  # the stop code the replicas agreed on (pql/runtime/stopping.py)
 
     def run(self, monitor) -> None:
@@ -33,7 +33,7 @@ class PPORunner(OnPolicyRunner):
             if self.agreed:
                 break
             self.worker.collect(self.learner.policy, self.rollout)
-            info = self.learner.update(self.rollout)
+            info = self.learner.update(self.obs.split_rollout(self.rollout))
             self.env_steps += algo.horizon * settings.envs.num_envs
             self.updates += algo.epochs * algo.minibatches
             self._learned(info)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from pql.envs import to_env_action
+from pql.envs import ObsLayout, to_env_action
 from pql.nets import GaussianActor, ObsNormalizer
 from pql.runtime.distributed import ReplicaGroup
 from pql.runtime.divergence import finite_actions
@@ -13,8 +13,9 @@ from pql.runtime.episodes import EpisodeStats
 
 
 def trajectory_spec(obs_dim: int, act_dim: int) -> dict:
-    """What a rollout records per env step. obs and final_obs are normalised as the policy saw them;
-    final_obs is info["final_obs"] (s_{t+1} of the same episode, the bootstrap state)."""
+    """What a rollout records per env step. obs and final_obs are normalised, every column of them
+    (pql.envs.ObsLayout: the policy's and the critic's); final_obs is info["final_obs"] (s_{t+1}
+    of the same episode, the bootstrap state)."""
     return {
         "obs": ((obs_dim,), torch.float32),
         "action": ((act_dim,), torch.float32),
@@ -27,14 +28,15 @@ def trajectory_spec(obs_dim: int, act_dim: int) -> dict:
 
 
 class RolloutWorker:
-    """Steps the training envs with a Gaussian policy and records T-step trajectories. Owns the
-    envs' current observations, the observation normaliser (updated with every observation, as
-    in rsl_rl, merged over the replicas) and the statistics of the training episodes."""
+    """Steps the training envs with a Gaussian policy (reading `obs`'s policy columns) and records
+    T-step trajectories. Owns the envs' current observations, the observation normaliser (updated
+    with every observation, as in rsl_rl, merged over the replicas) and the statistics of the
+    training episodes."""
 
-    def __init__(self, env, normalizer: ObsNormalizer, group: ReplicaGroup, episodes: int = 0):
+    def __init__(self, env, obs: ObsLayout, normalizer: ObsNormalizer, group: ReplicaGroup, episodes: int = 0):
         """group: the replicas' collectives (the statistics merge); episodes: training episodes
         finished before (a resumed run continues its count)."""
-        self.env, self.normalizer, self.group = env, normalizer, group
+        self.env, self.layout, self.normalizer, self.group = env, obs, normalizer, group
         self.obs = env.reset()
         self.episodes = EpisodeStats(env.num_envs, env.device, episodes, env.episode_metric)
 
@@ -48,7 +50,7 @@ class RolloutWorker:
         for t in range(out["reward"].shape[0]):
             self.group.update_normalizer(self.normalizer, self.obs)
             obs = self.normalizer(self.obs)
-            dist = policy.distribution(obs)
+            dist = policy.distribution(self.layout.policy(obs))
             action = dist.sample()
             # The envs get the sample clipped to the action box; the log-prob is of the raw sample.
             with finite_actions("actor", f"rollout step {t}"):
