@@ -1,6 +1,8 @@
 """PQL, PQL-D and SAC as algorithm objects (pql.algos.off_policy): their updates in the eager and
 compiled forms, the compiled one graph with no break, the eager one reading nothing back to the
-host, both making the same parameters; a role's networks made as it reads them; checkpoints."""
+host, both making the same parameters; a role's networks made as it reads them; checkpoints. The
+critic reads observations of its own, overlapping the policy's (pql.envs.ObsLayout), as a learner
+hands them over: views of one normalised batch."""
 
 import functools
 import io
@@ -18,6 +20,7 @@ from pql.envs import ObsLayout
 from pql.runtime.off_policy.roles import make_rules
 
 OBS_DIM, ACT_DIM, BATCH = 4, 1, 32
+LAYOUT = ObsLayout(OBS_DIM + 3, OBS_DIM, (2, OBS_DIM + 3))  # the critic: the policy's last 2 and 3 more
 CPU = torch.device("cpu")
 # Each algorithm, and the normalized learners: SimbaV2's form on PQL, FlashSAC's on SAC, each with
 # the categorical critic (the return's scale is the V-learner's input, not the update's), and one
@@ -56,25 +59,22 @@ def aot_eager(monkeypatch):
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
 
 
-def batch_of(seed: int) -> tuple[dict, torch.Tensor]:
+def batch_of(seed: int, device: torch.device = CPU) -> tuple[dict, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    batch = ObsLayout.shared(OBS_DIM).split(
-        {
-            "obs": torch.randn(BATCH, OBS_DIM, generator=gen),
-            "action": torch.rand(BATCH, ACT_DIM, generator=gen) * 2 - 1,
-            "reward": torch.randn(BATCH, generator=gen),
-            "next_obs": torch.randn(BATCH, OBS_DIM, generator=gen),
-            "discount": torch.full((BATCH,), 0.99),
-        }
-    )
-    return batch, torch.rand(BATCH, generator=gen) + 0.5
+    batch = {
+        "obs": torch.randn(BATCH, LAYOUT.width, generator=gen),
+        "action": torch.rand(BATCH, ACT_DIM, generator=gen) * 2 - 1,
+        "reward": torch.randn(BATCH, generator=gen),
+        "next_obs": torch.randn(BATCH, LAYOUT.width, generator=gen),
+        "discount": torch.full((BATCH,), 0.99),
+    }
+    weights = torch.rand(BATCH, generator=gen) + 0.5
+    return LAYOUT.split({k: v.to(device) for k, v in batch.items()}), weights.to(device)
 
 
 def algorithm(make_config, algo: str, compile: bool, device: torch.device = CPU) -> OffPolicyAlgorithm:
     cfg = resolve(make_config(SMALL + VARIANTS[algo] + ["runtime.device=cpu"])).config
-    return OffPolicyAlgorithm(
-        make_rules(cfg.algo, ObsLayout.shared(OBS_DIM), ACT_DIM), device, UpdateSettings(0.05, 0.05, compile)
-    )
+    return OffPolicyAlgorithm(make_rules(cfg.algo, LAYOUT, ACT_DIM), device, UpdateSettings(0.05, 0.05, compile))
 
 
 def updates(make_config, algo: str, compile: bool, seed: int = 0, device: torch.device = CPU):
@@ -92,8 +92,7 @@ def run(v_learner: OffPolicyAlgorithm, p_learner: OffPolicyAlgorithm, n: int) ->
     refreshed before its update; -> every tensor they changed."""
     device = v_learner.device
     for i in range(n):
-        batch, weights = batch_of(i)
-        batch, weights = {k: v.to(device) for k, v in batch.items()}, weights.to(device)
+        batch, weights = batch_of(i, device)
         v_learner.policy.load_state_dict(p_learner.policy.state_dict())
         td_abs, stats = v_learner.update_critic(batch, weights)
         assert td_abs.shape == (BATCH,) and stats["critic/loss"].dim() == 0
@@ -157,7 +156,7 @@ def test_a_host_read_in_a_compiled_update_fails_it(make_config, monkeypatch):
     """What the test above would see of a loss that reads a value back to the host."""
     torch._dynamo.reset()
     cfg = resolve(make_config(SMALL + ["runtime.device=cpu"])).config
-    rules = make_rules(cfg.algo, ObsLayout.shared(OBS_DIM), ACT_DIM)
+    rules = make_rules(cfg.algo, LAYOUT, ACT_DIM)
     loss = rules.critic_loss
 
     def reading(*args):
