@@ -380,7 +380,9 @@ def judge_ant_walks(run: Run) -> Row:
     state = checkpoint(run)
     cfg = load_config(state["config"])
     env = build_env(cfg.task, cfg.task.eval_envs, "cpu", cfg.runtime.seed + EVAL_SEED_OFFSET)
-    policy, normalizer = checkpoint_policy(load_runner(cfg.algo.name), cfg.algo, state, env.obs_dim, env.act_dim, "cpu")
+    policy, normalizer = checkpoint_policy(
+        load_runner(cfg.algo.name), cfg.algo, state, env.policy_obs_dim, env.act_dim, "cpu"
+    )
     distance, _ = forward_distance_and_return(env, lambda obs: policy(normalizer(obs)))
     standing_distance, standing = forward_distance_and_return(env, lambda obs: torch.zeros(len(obs), env.act_dim))
     steps, result = state["counters"]["env_steps"], final_return(run)

@@ -91,7 +91,7 @@ def probe(path: str, episodes: int, skip_steps: int, seed: int, device: str) -> 
         dataclasses.replace(cfg.task, backend="mujoco" if device == "cpu" else "mjwarp"), episodes, device, seed
     )
     runner = load_runner(cfg.algo.name)
-    policy, normalizer = checkpoint_policy(runner, cfg.algo, state, env.obs_dim, env.act_dim, device)
+    policy, normalizer = checkpoint_policy(runner, cfg.algo, state, env.policy_obs_dim, env.act_dim, device)
     # As evaluation acts: the deterministic policy's action, clipped to the box.
     out = rollout(env, lambda obs: policy(normalizer(obs)).clamp(-1.0, 1.0), skip_steps)
     cos_pitch = float(out["cos_pitch"].mean())

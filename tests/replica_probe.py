@@ -15,7 +15,7 @@ import torch
 from conftest import compose_config
 
 from pql.config import announce, resolve
-from pql.envs import build_env
+from pql.envs import ObsLayout, build_env
 from pql.nets import ObsNormalizer
 from pql.runtime.distributed import Replicas, close_replicas, init_replicas, role_group, spread
 from pql.runtime.settings import load_runner, run_settings
@@ -41,7 +41,8 @@ def train_replica(replicas: Replicas, out: str, overrides: list[str]) -> dict:
     torch.manual_seed(replicas.seed(cfg.runtime.seed))
     env = build_env(cfg.task, 1, device, 0)
     settings = run_settings(cfg, device, replicas)
-    runner = load_runner(settings.algo)(settings.runner, device, env.obs_dim, env.act_dim, None)
+    obs = ObsLayout.of(env, cfg.task.privileged_critic)
+    runner = load_runner(settings.algo)(settings.runner, device, obs, env.act_dim, None)
     try:
         runner.run(Unattended())
         return runner.checkpoint()
