@@ -17,10 +17,10 @@ from pql.runtime.settings import OnPolicySettings
 class OnPolicyRunner(Runner):
     """The learner (a GaussianActorCritic of class `learner_cls`, its policy and value reading
     `obs`'s columns) and the observation normaliser (of all of them), restored from a checkpoint;
-    the learner's update count is its policy's version. With several
-    replicas the learners start from rank 0's networks and average their gradients (`group`).
-    A subclass builds its actor side and provides `progress()` -> (this replica's env steps,
-    training episodes) so far, `run`, `scalars` and `close`."""
+    the learner's update count is its policy's version. With several replicas the learners start
+    from rank 0's networks and average their gradients (`group`). A subclass builds its actor side
+    and provides `progress()` -> (this replica's env steps, training episodes) so far, `run`,
+    `scalars` and `close`."""
 
     learner_cls: type
     trains_elsewhere = False  # the learner updates in the main process
