@@ -143,10 +143,11 @@ class ClippedDoubleQ(ABC, Generic[PolicyT]):
         batch (batch normalization in training mode) and its target see the state-actions and the
         next ones in one batch, as their statistics must be one batch's (CrossQ, FlashSAC). ->
         (loss, |δ| [B] = |min_j E[Q_j] − E[y]| for priorities, scalars to log). weights: [B]."""
-        obs, action = batch["critic_obs"], batch["action"]
+        critic_obs, action = batch["critic_obs"], batch["action"]
         if getattr(critic, "couples_batch", False) and critic.training:
-            next_obs, next_action, bonus = self._next(batch, policy)
-            both_obs, both_action, b = torch.cat([obs, next_obs]), torch.cat([action, next_action]), obs.shape[0]
+            next_critic_obs, next_action, bonus = self._next(batch, policy)
+            both_obs, b = torch.cat([critic_obs, next_critic_obs]), critic_obs.shape[0]
+            both_action = torch.cat([action, next_action])
             with torch.no_grad():
                 next1, next2 = target_critic(both_obs, both_action)
                 target = self._target(batch, next1[b:], next2[b:], bonus)
@@ -154,7 +155,7 @@ class ClippedDoubleQ(ABC, Generic[PolicyT]):
             out1, out2 = both1[:b], both2[:b]
         else:
             target = self.td_target(batch, target_critic, policy)
-            out1, out2 = critic(obs, action)
+            out1, out2 = critic(critic_obs, action)
         loss = (weights * self.value.loss(out1, out2, target)).mean()
         with torch.no_grad():
             q1 = self.q(out1)
