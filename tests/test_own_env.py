@@ -113,12 +113,6 @@ def test_an_rsl_rl_env_without_the_policys_group_is_refused_naming_its_groups():
         RslRlEnv(GroupsOnly())
     with pytest.raises(tasks.TaskError, match="groups actor, critic and no 'proprio' group \\(task.policy_group\\)"):
         RslRlEnv(ActorAndCritic(), policy_group="proprio")
-    with pytest.raises(tasks.TaskError, match="task.policy_group=actor names an observation group, but .* Tensor"):
-        RslRlEnv(TensorObs(), policy_group="actor")
-    with pytest.raises(tasks.TaskError, match="returned a pql BatchedEnv"):
-        tasks.make("examples.own_env:make_env", 2, "cpu", policy_group="actor")
-    with pytest.raises(tasks.TaskError, match="policy_group names an observation group of a <module>:<factory> env"):
-        tasks.make("InvertedPendulum", 2, "cpu", policy_group="actor")
 
 
 def test_the_critic_sees_its_group_after_the_policy_s():
@@ -134,15 +128,19 @@ def test_the_critic_sees_its_group_after_the_policy_s():
     assert RslRlEnv(TensorObs()).critic_obs_dim == 0
 
 
-def test_a_critic_group_the_env_lacks_or_cannot_have_is_refused_in_one_line():
+def test_a_critic_group_the_env_lacks_is_refused_naming_its_groups():
     with pytest.raises(tasks.TaskError, match="groups actor, critic and no 'privileged' group \\(task.critic_group\\)"):
         RslRlEnv(ActorAndCritic(), critic_group="privileged")
-    with pytest.raises(tasks.TaskError, match="task.critic_group=critic names an observation group, but .* Tensor"):
-        RslRlEnv(TensorObs(), critic_group="critic")
-    with pytest.raises(tasks.TaskError, match="task.critic_group=critic names .* returned a pql BatchedEnv"):
-        tasks.make("examples.own_env:make_env", 2, "cpu", critic_group="critic")
-    with pytest.raises(tasks.TaskError, match="critic_group names an observation group of a <module>:<factory> env"):
-        tasks.make("InvertedPendulum", 2, "cpu", critic_group="critic")
+
+
+@pytest.mark.parametrize("setting", ["policy_group", "critic_group"])
+def test_a_named_group_is_refused_where_the_env_has_no_groups(setting):
+    with pytest.raises(tasks.TaskError, match=f"task.{setting}=actor names an observation group, but .* Tensor"):
+        RslRlEnv(TensorObs(), **{setting: "actor"})
+    with pytest.raises(tasks.TaskError, match=f"task.{setting}=actor names .* returned a pql BatchedEnv"):
+        tasks.make("examples.own_env:make_env", 2, "cpu", **{setting: "actor"})
+    with pytest.raises(tasks.TaskError, match=f"{setting} names an observation group of a <module>:<factory> env"):
+        tasks.make("InvertedPendulum", 2, "cpu", **{setting: "actor"})
 
 
 class FinalGroups(ActorAndCritic):
