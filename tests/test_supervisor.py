@@ -17,8 +17,8 @@ from pql.runtime.distributed import ReplicaLost
 from pql.runtime.supervisor import ProcessRuntime, RoleFailure, role, role_context
 
 
-def _supervised(*reports: tuple[str, str, bool]) -> tuple[ProcessRuntime, dict]:
-    """Two real role processes, actor and p_learner, and the reports already queued."""
+def _supervised(*reports: tuple[str, str, bool], stop: int = 0) -> tuple[ProcessRuntime, dict]:
+    """Two real role processes, actor and p_learner, the reports already queued and the stop flag."""
     ctx = mp.get_context("spawn")
     procs = {name: ctx.Process(target=time.sleep, args=(60,), name=name) for name in ("actor", "p_learner")}
     for p in procs.values():
@@ -27,7 +27,16 @@ def _supervised(*reports: tuple[str, str, bool]) -> tuple[ProcessRuntime, dict]:
     for report in reports:
         errors.put(report)
     time.sleep(0.2)  # the queue's feeder thread hands them over
-    return ProcessRuntime(SimpleNamespace(errors=errors), procs), procs
+    return ProcessRuntime(SimpleNamespace(errors=errors, counters=SimpleNamespace(stop=stop)), procs), procs
+
+
+def _returned(procs: dict, name: str) -> None:
+    """Role `name` replaced by a process that returned (exit code 0), as a role leaves its loop."""
+    procs[name].kill()
+    procs[name].join()
+    procs[name] = mp.get_context("spawn").Process(target=time.sleep, args=(0,), name=name)
+    procs[name].start()
+    procs[name].join()
 
 
 def _end(procs: dict) -> None:
@@ -57,6 +66,30 @@ def test_a_role_that_lost_the_replicas_and_exited_is_reported_as_lost():
         procs["actor"].kill()  # as the role exits after its report
         procs["actor"].join()
         with pytest.raises(ReplicaLost, match="^role actor: the observation-statistics all-reduce failed$"):
+            runtime.check()
+    finally:
+        _end(procs)
+
+
+def test_a_role_that_returned_once_the_stop_flag_was_up_is_no_cause():
+    """The actor lost the replicas and raised the stop flag; the V-learner then left its loop and
+    exited cleanly: the replica is lost, not failed by the V-learner (it would otherwise name
+    itself the cause, beside the replica whose role was killed)."""
+    lost = ("actor", "the observation-statistics all-reduce failed", True)
+    runtime, procs = _supervised(lost, stop=1)
+    try:
+        _returned(procs, "p_learner")
+        with pytest.raises(ReplicaLost, match="^role actor: the observation-statistics all-reduce failed$"):
+            runtime.check()
+    finally:
+        _end(procs)
+
+
+def test_a_role_that_returned_unasked_is_the_cause():
+    runtime, procs = _supervised()
+    try:
+        _returned(procs, "p_learner")
+        with pytest.raises(RoleFailure, match=r"^role p_learner died \(exit code 0\)$"):
             runtime.check()
     finally:
         _end(procs)

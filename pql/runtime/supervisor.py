@@ -195,7 +195,10 @@ class ProcessRuntime:
 
     def _failure(self) -> RoleFailure | ReplicaLost | None:
         reports = self._reports(wait_s=0.0)
-        dead = [name for name, p in self.procs.items() if not p.is_alive()]
+        # A role that returned once the stop flag was up (raised by a role that failed or lost the
+        # replicas, or by this process) ended as asked: it is no cause.
+        stopping = bool(self.shared.counters.stop)
+        dead = [name for name, p in self.procs.items() if not p.is_alive() and not (p.exitcode == 0 and stopping)]
         unheard = set(dead) - {name for name, _, _ in reports}
         if any((self.procs[name].exitcode or 0) >= 0 for name in unheard):  # a signal's victim says nothing
             reports += self._reports(wait_s=1.0)  # a role that raised exits right after queueing its traceback
@@ -204,7 +207,7 @@ class ProcessRuntime:
                 return RoleFailure(f"role {name} failed:\n{text.rstrip()}")
         reporters = {name for name, _, _ in reports}
         for name in dead:
-            if name not in reporters:  # died without a word: killed, or out of memory
+            if name not in reporters:  # died without a word: killed, out of memory, or returned unasked
                 code = self.procs[name].exitcode
                 cause = (
                     f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
