@@ -75,6 +75,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     # The categorical value on the fixed, return-scaled support, alone.
     "pql-categorical": NORMALIZED,
     "sac-categorical": (*SAC, *NORMALIZED),
+    # The same heads and support trained toward HL-Gauss's histogram of the scalar target.
+    "pql-hlgauss": ("algo.value=hl_gauss", "algo.return_scaling=true"),
     # With noise held for Zeta-long spans.
     "pql-held": (*NORMALIZED, "algo.noise_hold=16"),
     # SimbaV2's form: hyperspherical networks.

@@ -22,14 +22,15 @@ from pql.runtime.off_policy.roles import make_rules
 OBS_DIM, ACT_DIM, BATCH = 4, 1, 32
 LAYOUT = ObsLayout(OBS_DIM + 3, OBS_DIM, (2, OBS_DIM + 3))  # the critic: the policy's last 2 and 3 more
 CPU = torch.device("cpu")
-# Each algorithm, and the normalized learners: SimbaV2's form on PQL, FlashSAC's on SAC, each with
-# the categorical critic (the return's scale is the V-learner's input, not the update's), and one
-# residual block each (SMALL's two would double the size of the graphs the compiled tests build).
+# Each algorithm, and the normalized learners: SimbaV2's form on PQL with the HL-Gauss critic,
+# FlashSAC's on SAC with the categorical one (the return's scale is the V-learner's input, not the
+# update's), and one residual block each (SMALL's two would double the size of the graphs the
+# compiled tests build).
 VARIANTS = {
     "pql": ["algo=pql"],
     "pql_d": ["algo=pql_d"],
     "sac": ["algo=sac"],
-    "pql-hyperspherical": ["algo=pql", "algo.net.kind=hyperspherical", "algo.value=categorical", *ONE_BLOCK],
+    "pql-hyperspherical": ["algo=pql", "algo.net.kind=hyperspherical", "algo.value=hl_gauss", *ONE_BLOCK],
     "sac-batchnorm": [
         "algo=sac",
         *ONE_BLOCK,
@@ -41,7 +42,7 @@ VARIANTS = {
 }
 ALGOS = tuple(VARIANTS)
 # On the CPU the compiled form is checked against the eager one on the two that together hold
-# PQL's and SAC's losses, the categorical head and both residual kinds with their projections
+# PQL's and SAC's losses, both histogram heads and both residual kinds with their projections
 # (6-10 s each); the MLP's compiled updates with the scalar head run in tests/test_device.py's
 # compiled training run (inductor's code, one graph each, no break) and the compiled resume below
 # (SAC's, bit for bit).

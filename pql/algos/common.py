@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from pql.algos.rules import Batch, ParamGroups
-from pql.algos.values import CategoricalValue, ScalarValue, Value
+from pql.algos.values import Value, make_value
 from pql.nets import DoubleQ
 
 PolicyT = TypeVar("PolicyT", bound=nn.Module)
@@ -72,9 +72,7 @@ class ClippedDoubleQ(ABC, Generic[PolicyT]):
     def __init__(self, cfg: Any, obs_dim: int, act_dim: int, critic_obs_dim: int | None = None):
         self.cfg, self.obs_dim, self.act_dim = cfg, obs_dim, act_dim
         self.critic_obs_dim = obs_dim if critic_obs_dim is None else critic_obs_dim
-        self.value: Value = (
-            CategoricalValue(cfg.num_atoms, cfg.v_min, cfg.v_max) if cfg.value == "categorical" else ScalarValue()
-        )
+        self.value: Value = make_value(cfg)
 
     def make_critic(self) -> nn.Module:
         net = self.cfg.net

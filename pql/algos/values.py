@@ -5,12 +5,19 @@ them (PQL, PQL-D, SAC: pql/algos/common.py's ClippedDoubleQ):
     categorical   num_atoms logits per head over the fixed support z_i = v_min + iΔz (C51,
                   Bellemare et al., 2017); cross-entropy to the projection of the target
                   distribution R + γ_b (Z'(s', a') + b) onto the support
+    hl_gauss      the same heads and support, trained by cross-entropy to a histogram loss with
+                  Gaussian smoothing (HL-Gauss; Imani & White, 2018; Farebrother et al., 2024):
+                  the scalar target y = R + γ_b (E[Z'(s', a')] + b) spread over the atoms' bins
+                  as a normal of σ = 0.75Δz, so that a target between two atoms, or a fraction of
+                  a bin from the last one, still moves every nearby logit
 
 b is the algorithm's bonus at the next state (SAC's −α log π(a'|s'); PQL's none). With
 algo.return_scaling the rewards reach the critic divided by the return's running scale, so that
 one support fits every task (pql/nets/normalizer.py's ReturnScale)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -38,6 +45,23 @@ def categorical_projection(
     projected.scatter_add_(-1, lower.long(), probs * (1 - upper_weight))
     projected.scatter_add_(-1, lower.long() + 1, probs * upper_weight)
     return projected
+
+
+HL_GAUSS_SIGMA_BINS = 0.75  # σ/Δz, Farebrother et al.'s (2024) choice across their tasks
+
+
+def hl_gauss_histogram(target: torch.Tensor, v_min: float, v_max: float, num_atoms: int) -> torch.Tensor:
+    """HL-Gauss's target distribution: the mass of N(y, σ²), σ = 0.75Δz, in each atom's bin
+    [z_i − Δz/2, z_i + Δz/2], renormalised over the support's bins; y is clipped onto [v_min, v_max].
+
+    target: [B] scalar targets y. -> [B, num_atoms], each row sums to 1."""
+    delta_z = (v_max - v_min) / (num_atoms - 1)
+    edges = torch.linspace(
+        v_min - delta_z / 2, v_max + delta_z / 2, num_atoms + 1, device=target.device, dtype=target.dtype
+    )
+    y = target.clamp(v_min, v_max).unsqueeze(-1)
+    cdf = torch.special.erf((edges - y) / (HL_GAUSS_SIGMA_BINS * delta_z * 2**0.5))  # 2Φ − 1 at each edge
+    return (cdf[..., 1:] - cdf[..., :-1]) / (cdf[..., -1:] - cdf[..., :1])
 
 
 class ScalarValue:
@@ -111,4 +135,24 @@ class CategoricalValue:
         return -(target * (out1.log_softmax(-1) + out2.log_softmax(-1))).sum(-1)
 
 
+class HLGaussValue(CategoricalValue):
+    """CategoricalValue's heads, learning HL-Gauss's histogram of the scalar target instead of
+    C51's projection of the target distribution."""
+
+    def target(
+        self, reward: torch.Tensor, discount: torch.Tensor, next_out: torch.Tensor, bonus: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The histogram of y = R + γ_b (E[Z'] + b). -> [B, N]."""
+        value = self.mean(next_out) if bonus is None else self.mean(next_out) + bonus
+        return hl_gauss_histogram(reward + discount * value, self.v_min, self.v_max, self.out_dim)
+
+
 Value = ScalarValue | CategoricalValue
+
+
+def make_value(cfg: Any) -> Value:
+    """The heads algo.value names (scalar, categorical or hl_gauss), on algo's support."""
+    if cfg.value == "scalar":
+        return ScalarValue()
+    kind = HLGaussValue if cfg.value == "hl_gauss" else CategoricalValue
+    return kind(cfg.num_atoms, cfg.v_min, cfg.v_max)

@@ -140,7 +140,7 @@ def _cross_checks(cfg: Config) -> None:
         )
     if cfg.task.value_max <= cfg.task.value_min:
         raise ConfigError("task.value_max", cfg.task.value_max, f"a number > task.value_min ({cfg.task.value_min})")
-    if isinstance(algo, OffPolicyConfig) and algo.value == "categorical" and given(algo.v_max) <= given(algo.v_min):
+    if isinstance(algo, OffPolicyConfig) and algo.value != "scalar" and given(algo.v_max) <= given(algo.v_min):
         raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
     net = getattr(algo, "net", None)
     if net is not None and net.kind != "mlp":
@@ -199,7 +199,7 @@ def load_config(raw: dict) -> Config:
     cfg.algo = algo
     if isinstance(algo, OffPolicyConfig) and algo.nstep is None:
         algo.nstep = default_nstep(cfg.task.name)
-    if isinstance(algo, OffPolicyConfig) and algo.value == "categorical":
+    if isinstance(algo, OffPolicyConfig) and algo.value != "scalar":
         low, high = (
             (-algo.return_bound, algo.return_bound)
             if algo.return_scaling

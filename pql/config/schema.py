@@ -246,14 +246,18 @@ class OffPolicyConfig:
     )
     value: str = option(
         "scalar",
-        "one of scalar, categorical",
-        one_of("scalar", "categorical"),
+        "one of scalar, categorical, hl_gauss",
+        one_of("scalar", "categorical", "hl_gauss"),
         doc="the critic's heads: scalar, one Q each with a squared TD error; categorical, "
         "algo.num_atoms logits each over a fixed support, trained by cross-entropy to the "
-        "projected target (C51)",
+        "projected target (C51); hl_gauss, the same heads trained by cross-entropy to the "
+        "scalar target spread over the atoms as a normal of σ = 0.75 atom spacings (HL-Gauss)",
     )
     num_atoms: int = option(
-        101, "an integer >= 2", lambda v: v >= 2, doc="atoms z_i = v_min + iΔz of a categorical critic's support"
+        101,
+        "an integer >= 2",
+        lambda v: v >= 2,
+        doc="atoms z_i = v_min + iΔz of a categorical or hl_gauss critic's support",
     )
     v_min: float | None = option(
         None,
@@ -318,8 +322,8 @@ class PQLDConfig(PQLConfig):
     name: str = _algo_name("pql_d")
     value: str = option(
         "categorical",
-        "one of scalar, categorical",
-        one_of("scalar", "categorical"),
+        "one of scalar, categorical, hl_gauss",
+        one_of("scalar", "categorical", "hl_gauss"),
         doc="the critic's heads (pql_d: categorical; scalar makes it pql)",
     )
 
