@@ -3,10 +3,12 @@ died or raised is the cause; a role that lost its collective with the other repl
 How roles start: from a forkserver on the CPU, spawned with CUDA, in the environment of their
 start, their parent out of reach of the stop signals that a process group receives."""
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
 import time
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -17,8 +19,10 @@ from pql.runtime.distributed import ReplicaLost
 from pql.runtime.supervisor import ProcessRuntime, RoleFailure, role, role_context
 
 
-def _supervised(*reports: tuple[str, str, bool], stop: int = 0) -> tuple[ProcessRuntime, dict]:
-    """Two real role processes, actor and p_learner, the reports already queued and the stop flag."""
+@contextlib.contextmanager
+def _supervised(*reports: tuple[str, str, bool], stop: int = 0) -> Iterator[tuple[ProcessRuntime, dict]]:
+    """Two real role processes, actor and p_learner, the reports already queued and the stop flag;
+    the processes are killed however the test ends."""
     ctx = mp.get_context("spawn")
     procs = {name: ctx.Process(target=time.sleep, args=(60,), name=name) for name in ("actor", "p_learner")}
     for p in procs.values():
@@ -27,7 +31,10 @@ def _supervised(*reports: tuple[str, str, bool], stop: int = 0) -> tuple[Process
     for report in reports:
         errors.put(report)
     time.sleep(0.2)  # the queue's feeder thread hands them over
-    return ProcessRuntime(SimpleNamespace(errors=errors, counters=SimpleNamespace(stop=stop)), procs), procs
+    try:
+        yield ProcessRuntime(SimpleNamespace(errors=errors, counters=SimpleNamespace(stop=stop)), procs), procs
+    finally:
+        _end(procs)
 
 
 def _returned(procs: dict, name: str) -> None:
@@ -48,27 +55,21 @@ def _end(procs: dict) -> None:
 @pytest.mark.parametrize("lost_first", [True, False])
 def test_a_killed_role_is_the_cause_even_when_another_lost_the_replicas_first(lost_first):
     lost = ("p_learner", "the gradient all-reduce with the other replicas failed (did one stop?)", True)
-    runtime, procs = _supervised(*([lost] if lost_first else []))
-    try:
+    with _supervised(*([lost] if lost_first else [])) as (runtime, procs):
         procs["actor"].kill()
         procs["actor"].join()
         if not lost_first:
             runtime.shared.errors.put(lost)  # arrives while the supervisor waits for the dead role's word
         with pytest.raises(RoleFailure, match=r"^role actor died \(killed by SIGKILL\)$"):
             runtime.check()
-    finally:
-        _end(procs)
 
 
 def test_a_role_that_lost_the_replicas_and_exited_is_reported_as_lost():
-    runtime, procs = _supervised(("actor", "the observation-statistics all-reduce failed", True))
-    try:
+    with _supervised(("actor", "the observation-statistics all-reduce failed", True)) as (runtime, procs):
         procs["actor"].kill()  # as the role exits after its report
         procs["actor"].join()
         with pytest.raises(ReplicaLost, match="^role actor: the observation-statistics all-reduce failed$"):
             runtime.check()
-    finally:
-        _end(procs)
 
 
 def test_a_role_that_returned_once_the_stop_flag_was_up_is_no_cause():
@@ -76,45 +77,33 @@ def test_a_role_that_returned_once_the_stop_flag_was_up_is_no_cause():
     exited cleanly: the replica is lost, not failed by the V-learner (it would otherwise name
     itself the cause, beside the replica whose role was killed)."""
     lost = ("actor", "the observation-statistics all-reduce failed", True)
-    runtime, procs = _supervised(lost, stop=1)
-    try:
+    with _supervised(lost, stop=1) as (runtime, procs):
         _returned(procs, "p_learner")
         with pytest.raises(ReplicaLost, match="^role actor: the observation-statistics all-reduce failed$"):
             runtime.check()
-    finally:
-        _end(procs)
 
 
 def test_a_role_that_returned_unasked_is_the_cause():
-    runtime, procs = _supervised()
-    try:
+    with _supervised() as (runtime, procs):
         _returned(procs, "p_learner")
         with pytest.raises(RoleFailure, match=r"^role p_learner died \(exit code 0\)$"):
             runtime.check()
-    finally:
-        _end(procs)
 
 
 def test_a_role_s_traceback_comes_before_a_lost_replica():
-    runtime, procs = _supervised(
+    with _supervised(
         ("p_learner", "lost", True), ("actor", "Traceback (most recent call last):\nValueError: bad\n", False)
-    )
-    try:
+    ) as (runtime, procs):
         with pytest.raises(RoleFailure, match=r"^role actor failed:\nTraceback"):
             runtime.check()
-    finally:
-        _end(procs)
 
 
 def test_a_dead_role_s_exit_code_is_named():
-    runtime, procs = _supervised()
-    try:
+    with _supervised() as (runtime, procs):
         procs["p_learner"].terminate()
         procs["p_learner"].join()
         with pytest.raises(RoleFailure, match=f"role p_learner died \\(killed by {signal.SIGTERM.name}\\)"):
             runtime.check()
-    finally:
-        _end(procs)
 
 
 def test_a_spawned_role_ignores_the_stop_signals_from_its_start():
