@@ -93,6 +93,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     ),
 }
 
+NO_TIME_LIMIT_S = 7 * 24 * 3600  # --env-steps's runtime.max_time_s: a week, none in effect
 LAST_EVALS = 5  # "the mean of the last five evaluations"
 
 
@@ -138,7 +139,8 @@ def budget_overrides(seconds: float | None, env_steps: int | None) -> list[str]:
     """The runs' budget: the device's default (on a CPU, README's 15 minutes: runtime.max_time_s
     885) unless --seconds or --env-steps says otherwise."""
     if env_steps is not None:
-        return [f"runtime.max_env_steps={env_steps}", "runtime.max_time_s=null"]
+        # null would be the device's default, 885 s on a CPU.
+        return [f"runtime.max_env_steps={env_steps}", f"runtime.max_time_s={NO_TIME_LIMIT_S}"]
     return [] if seconds is None else [f"runtime.max_time_s={seconds:g}"]
 
 

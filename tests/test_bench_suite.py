@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from pql.config import resolve
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
@@ -65,3 +67,12 @@ def test_a_bad_argument_is_refused_in_one_line():
     assert out.returncode == 2 and "unknown candidate 'nonesuch'" in out.stderr
     out = subprocess.run([sys.executable, SCRIPT, "--list"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and "candidate sac-batchnorm" in out.stdout and "suite learner" in out.stdout
+
+
+@pytest.mark.parametrize("seconds, env_steps, max_time_s", [(None, 3000, suite.NO_TIME_LIMIT_S), (120.0, None, 120.0)])
+def test_a_budget_in_env_steps_leaves_the_run_no_time_limit(make_config, seconds, env_steps, max_time_s):
+    """runtime.max_time_s=null would be the device's default, 885 s on a CPU: an env-step budget
+    on a slow or shared machine would end early, at the default's wall time."""
+    cfg = resolve(make_config(["runtime.device=cpu", *suite.budget_overrides(seconds, env_steps)])).config
+    assert cfg.runtime.max_time_s == max_time_s
+    assert cfg.runtime.max_env_steps == (env_steps or 10_000_000)
