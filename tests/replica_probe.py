@@ -16,7 +16,7 @@ from conftest import compose_config
 
 from pql.config import announce, resolve
 from pql.envs import ObsLayout, build_env
-from pql.nets import ObsNormalizer
+from pql.nets import ObsNormalizer, ReturnScale
 from pql.runtime.distributed import Replicas, close_replicas, init_replicas, role_group, spread
 from pql.runtime.settings import load_runner, run_settings
 
@@ -60,6 +60,12 @@ def collectives(replicas: Replicas) -> dict:
     normalizer = ObsNormalizer(4)
     for obs in batches:
         group.update_normalizer(normalizer, obs)
+    # Returns of both signs, the largest rank 1's and the smallest rank 0's.
+    returns = [torch.randn(6 + replicas.rank, generator=g) * 4 for _ in range(3)]
+    returns[1][0] = 40.0 if replicas.rank == 1 else -30.0
+    return_scale = ReturnScale(-5.0, 5.0)
+    for batch in returns:
+        group.update_return_scale(return_scale, batch)
     net = torch.nn.Linear(4, 2)
     group.broadcast(net)
     start = {k: v.clone() for k, v in net.state_dict().items()}
@@ -69,6 +75,8 @@ def collectives(replicas: Replicas) -> dict:
     return {
         "batches": batches,
         "normalizer": normalizer.state_dict(),
+        "returns": returns,
+        "return_scale": return_scale.state_dict(),
         "start": start,
         "x": x,
         "grads": [p.grad for p in net.parameters()],

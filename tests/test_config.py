@@ -345,12 +345,30 @@ def test_pql_d_support_scales_with_the_reward():
         load_config(composed(["algo.reward_scale=0"]))
 
 
-def test_a_return_scaled_categorical_critic_has_the_bound_s_support():
-    algo = load_config(composed(["algo=sac", "algo.value=categorical", "algo.return_scaling=true"])).algo
-    assert (algo.v_min, algo.v_max, algo.num_atoms) == (-5.0, 5.0, 101)
-    algo = load_config(composed(["algo=pql_d", "algo.return_scaling=true", "algo.return_bound=3"])).algo
-    assert (algo.v_min, algo.v_max) == (-3.0, 3.0)
-    assert load_config(composed(["algo=pql"])).algo.v_min is None  # a scalar critic has no support
+@pytest.mark.parametrize(
+    "task, support",
+    [("Ant", (-5.0, 5.0)), ("dmc/hopper-hop", (0.0, 5.0)), ("HumanoidStandup", (0.0, 5.0)), ("Pusher", (-5.0, 0.0))],
+)
+def test_a_return_scaled_critic_s_support_spans_the_signs_of_the_task_s_values(make_config, task, support):
+    algo = make_config(["algo=sac", "algo.value=categorical", "algo.return_scaling=true", f"task={task}"]).algo
+    assert (algo.v_min, algo.v_max, algo.num_atoms) == (*support, 101)
+    algo = make_config(["algo=pql", "algo.return_scaling=true", "algo.return_bound=3", f"task={task}"]).algo
+    assert (algo.v_min, algo.v_max) == tuple(3 / 5 * end for end in support)  # the scale's, for a scalar critic
+    assert make_config(["algo=pql", f"task={task}"]).algo.v_min is None  # a scalar critic has no support
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algo.value=hl_gauss", "algo.v_min=1", "algo.v_max=5"], r"algo.v_min=1.0 is not allowed; expected a num"),
+        (["algo.value=categorical", "algo.v_min=-5", "algo.v_max=-1"], r"algo.v_max=-1.0 is not allowed; expected a"),
+        # A scalar critic's support is only its return scale's, checked here alone.
+        (["algo.v_min=0", "algo.v_max=0"], r"algo.v_max=0.0 is not allowed; expected a number >= 0 and > algo.v_min"),
+    ],
+)
+def test_a_return_scaled_support_must_hold_zero(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(composed(["algo.return_scaling=true", *overrides]))
 
 
 @pytest.mark.parametrize(

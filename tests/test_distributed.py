@@ -24,7 +24,7 @@ from conftest import (
 from pql.bulk import descriptions, locate
 from pql.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from pql.config import ROLE_NAMES, ConfigError, resolve
-from pql.nets import ObsNormalizer
+from pql.nets import ObsNormalizer, ReturnScale
 from pql.runtime.control import RatioController, RatioCounters
 from pql.runtime.distributed import CAUSE_WAIT_S
 from pql.runtime.off_policy.roles import CutPart
@@ -73,6 +73,14 @@ def test_collectives_merge_statistics_and_average_gradients(tmp_path):
     for r in ranks:
         for key, value in expected.state_dict().items():
             torch.testing.assert_close(r["normalizer"][key], value, rtol=1e-5, atol=1e-5)
+    # So is the return's scale: counts, moments and both extremes, one rank's each.
+    expected = ReturnScale(-5.0, 5.0)
+    for g0, g1 in zip(ranks[0]["returns"], ranks[1]["returns"]):
+        expected.update(torch.cat([g0, g1]))
+    assert (float(expected.max_return), float(expected.min_return)) == (40.0, -30.0)
+    for r in ranks:
+        for key, value in expected.state_dict().items():
+            torch.testing.assert_close(r["return_scale"][key], value, rtol=1e-5, atol=1e-5)
     # Both start from rank 0's weights; each gets the mean of the two ranks' gradients.
     assert all(torch.equal(ranks[1]["start"][k], v) for k, v in ranks[0]["start"].items())
     net = torch.nn.Linear(4, 2)

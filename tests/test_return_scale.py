@@ -15,7 +15,7 @@ from pql.runtime.run import train
 
 def test_the_statistics_are_the_stream_s_and_the_scale_their_larger_term():
     g = torch.Generator().manual_seed(0)
-    scale = ReturnScale(bound=5.0)
+    scale = ReturnScale(-5.0, 5.0)
     assert float(scale.scale()) == pytest.approx(1.0)  # before any data
     seen = []
     for n in (7, 1, 30, 12):
@@ -26,13 +26,41 @@ def test_the_statistics_are_the_stream_s_and_the_scale_their_larger_term():
     assert float(scale.count) == len(everything)
     assert float(scale.mean) == pytest.approx(everything.mean(), rel=1e-5)
     assert float(scale.var) == pytest.approx(everything.var(), rel=1e-4)
-    assert float(scale.max_abs) == pytest.approx(np.abs(everything).max())
+    assert float(scale.max_return) == pytest.approx(everything.max())
+    assert float(scale.min_return) == pytest.approx(everything.min())
     want = max(np.sqrt(everything.var()), np.abs(everything).max() / 5.0)
     assert float(scale.scale()) == pytest.approx(want, rel=1e-4)
     assert torch.allclose(scale(torch.tensor([2.0, -4.0])), torch.tensor([2.0, -4.0]) / want, rtol=1e-4)
     # A return far beyond the spread: the bound's term takes over, so |G| / scale <= bound.
     scale.update(torch.tensor([400.0]))
     assert float(scale.scale()) == pytest.approx(80.0)
+    scale.update(torch.tensor([-600.0]))
+    assert float(scale.scale()) == pytest.approx(120.0)
+
+
+@pytest.mark.parametrize(
+    "low, high, want",
+    [
+        (0.0, 5.0, 400.0 / 5),  # the negative returns beyond the support's 0 are left to be clipped
+        (-5.0, 0.0, 900.0 / 5),  # and the positive ones beyond a support that ends at 0
+        (-2.0, 8.0, max(400.0 / 8, 900.0 / 2)),
+        (-5.0, 5.0, 900.0 / 5),  # ±bound: FlashSAC's max|G| / bound
+    ],
+)
+def test_a_support_s_ends_each_bound_the_returns_of_their_sign(low, high, want):
+    scale = ReturnScale(low, high)
+    scale.update(torch.cat([torch.tensor([400.0, -900.0]), torch.zeros(998)]))
+    assert float(scale.var.sqrt()) < 32.0 < want  # σ_G: below every term wanted here
+    assert float(scale.scale()) == pytest.approx(want)
+    scaled = scale(torch.tensor([400.0, -900.0]))
+    assert low - 1e-6 <= float(scaled[0]) <= high + 1e-6 or high == 0.0
+    assert low - 1e-6 <= float(scaled[1]) <= high + 1e-6 or low == 0.0
+
+
+@pytest.mark.parametrize("low, high", [(1.0, 5.0), (-5.0, -1.0), (0.0, 0.0)])
+def test_a_support_without_zero_inside_is_refused(low, high):
+    with pytest.raises(ValueError, match=rf"must hold 0 and not be one point, got \[{low}, {high}\]"):
+        ReturnScale(low, high)
 
 
 SCALED = [
@@ -57,7 +85,7 @@ SCALED = [
 def test_a_run_scales_the_critic_s_rewards_by_the_actor_s_returns(make_config, tmp_path, monkeypatch):
     """InvertedPendulum pays 1 a step, so G_t = Σ γ^k over the episode so far: the actor folds in
     every env's G at every step, the V-learner divides each sampled reward by the published scale,
-    and the categorical support is ±return_bound."""
+    and the categorical support is ±return_bound (the task's values may be negative)."""
     seen = []
     sample, update = VLearner._sample, OffPolicyAlgorithm.update_critic
 
@@ -75,7 +103,7 @@ def test_a_run_scales_the_critic_s_rewards_by_the_actor_s_returns(make_config, t
     monkeypatch.setattr(VLearner, "_sample", sampling)
     monkeypatch.setattr(OffPolicyAlgorithm, "update_critic", updating)
     cfg = make_config(SCALED, run_dir=tmp_path)
-    assert (cfg.algo.v_min, cfg.algo.v_max) == (-5.0, 5.0)
+    assert (cfg.algo.v_min, cfg.algo.v_max) == (-5.0, 5.0)  # task.value_min < 0: either sign
     train(cfg)
     assert len(seen) > 20
     for raw, scale, given in seen:
@@ -85,7 +113,8 @@ def test_a_run_scales_the_critic_s_rewards_by_the_actor_s_returns(make_config, t
     actor = state["roles"]["actor"]
     env_steps = state["counters"]["env_steps"]
     assert int(actor["return_scale"]["count"]) == env_steps
-    assert 1.0 < float(actor["return_scale"]["max_abs"]) <= 100.0  # 1/(1 − γ) bounds Σ γ^k
+    assert 1.0 < float(actor["return_scale"]["max_return"]) <= 100.0  # 1/(1 − γ) bounds Σ γ^k
+    assert float(actor["return_scale"]["min_return"]) == 0.0  # the only G <= 0: an episode's start
     returns = actor["envs"]["returns"]
     assert returns.shape == (4,) and (returns >= 0).all() and (returns < 100).all()
     copy = state["roles"]["v_learner"]["copies"]["return_scale"]["weights"]  # a publication or so behind

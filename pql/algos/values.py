@@ -13,7 +13,9 @@ them (PQL, PQL-D, SAC: pql/algos/common.py's ClippedDoubleQ):
 
 b is the algorithm's bonus at the next state (SAC's −α log π(a'|s'); PQL's none). With
 algo.return_scaling the rewards reach the critic divided by the return's running scale, so that
-one support fits every task (pql/nets/normalizer.py's ReturnScale)."""
+one support fits every task whose values take the same signs: [0, 5] for the DeepMind Control
+Suite's, ±5 for Gymnasium's (pql/nets/normalizer.py's ReturnScale, pql/config/build.py's
+scaled_support)."""
 
 from __future__ import annotations
 

@@ -142,6 +142,16 @@ def _cross_checks(cfg: Config) -> None:
         raise ConfigError("task.value_max", cfg.task.value_max, f"a number > task.value_min ({cfg.task.value_min})")
     if isinstance(algo, OffPolicyConfig) and algo.value != "scalar" and given(algo.v_max) <= given(algo.v_min):
         raise ConfigError("algo.v_max", algo.v_max, f"a number > algo.v_min ({algo.v_min})")
+    if isinstance(algo, OffPolicyConfig) and algo.return_scaling:
+        # The returns start at 0 and are scaled into the support, which must hold 0 in it.
+        if given(algo.v_min) > 0:
+            raise ConfigError("algo.v_min", algo.v_min, "a number <= 0 with algo.return_scaling (returns start at 0)")
+        if given(algo.v_max) < 0 or algo.v_max == algo.v_min:
+            raise ConfigError(
+                "algo.v_max",
+                algo.v_max,
+                f"a number >= 0 and > algo.v_min ({algo.v_min}) with algo.return_scaling (returns start at 0)",
+            )
     net = getattr(algo, "net", None)
     if net is not None and net.kind != "mlp":
         if not isinstance(algo, OffPolicyConfig):
@@ -199,9 +209,9 @@ def load_config(raw: dict) -> Config:
     cfg.algo = algo
     if isinstance(algo, OffPolicyConfig) and algo.nstep is None:
         algo.nstep = default_nstep(cfg.task.name)
-    if isinstance(algo, OffPolicyConfig) and algo.value != "scalar":
+    if isinstance(algo, OffPolicyConfig) and (algo.value != "scalar" or algo.return_scaling):
         low, high = (
-            (-algo.return_bound, algo.return_bound)
+            scaled_support(cfg.task.value_min, cfg.task.value_max, algo.return_bound)
             if algo.return_scaling
             else (cfg.task.value_min * algo.reward_scale, cfg.task.value_max * algo.reward_scale)
         )
@@ -209,6 +219,17 @@ def load_config(raw: dict) -> Config:
         algo.v_max = high if algo.v_max is None else algo.v_max
     _cross_checks(cfg)
     return cfg
+
+
+def scaled_support(value_min: float, value_max: float, bound: float) -> tuple[float, float]:
+    """algo.v_min and algo.v_max's null with algo.return_scaling: the signs the task's returns
+    take, each out to ±bound. [0, bound] where they are never negative (task.value_min >= 0, as
+    on every DMC task), [−bound, 0] where never positive, ±bound otherwise. The critic's values
+    start near the support's middle, so a task of non-negative returns starts it optimistic, at
+    bound / 2, where ±bound would start it at 0, the value of doing nothing: on dmc/hopper-hop,
+    whose reward is 0 until the hopper stands and hops, ±5 kept the critic at 0 and [0, 5] got
+    it off (docs/tuning.md)."""
+    return (0.0 if value_min >= 0 else -bound), (0.0 if value_max <= 0 else bound)
 
 
 def default_nstep(task_name: str) -> int:

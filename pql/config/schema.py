@@ -262,25 +262,30 @@ class OffPolicyConfig:
     v_min: float | None = option(
         None,
         "a number < v_max, or null",
-        doc="a categorical critic's lowest atom; null: −algo.return_bound with algo.return_scaling, "
-        "else task.value_min × algo.reward_scale. Values outside the support are clipped onto it",
+        doc="a categorical critic's lowest atom; null: with algo.return_scaling 0 for a task "
+        "whose task.value_min >= 0 (every DMC task), else −algo.return_bound; without it "
+        "task.value_min × algo.reward_scale. Values outside the support are clipped onto it",
     )
     v_max: float | None = option(
         None,
         "a number > v_min, or null",
-        doc="its highest atom; null: algo.return_bound with algo.return_scaling, else "
-        "task.value_max × algo.reward_scale",
+        doc="its highest atom; null: with algo.return_scaling 0 for a task whose "
+        "task.value_max <= 0, else algo.return_bound; without it task.value_max × algo.reward_scale",
     )
     return_scaling: bool = option(
         False,
         "true or false",
         doc="the critic learns rewards divided by a running scale of the discounted return, "
-        "max(σ_G, max|G| / algo.return_bound) (SimbaV2, FlashSAC), so that its values stay "
-        "within ±return_bound on every task; the actor tracks G per env, every role reads "
-        "its latest statistics",
+        "max(σ_G, max G / algo.v_max, min G / algo.v_min) (SimbaV2, FlashSAC; an end at 0 "
+        "takes no part), so that its values stay within the support [v_min, v_max] on every "
+        "task; the actor tracks G per env, every role reads its latest statistics",
     )
     return_bound: float = option(
-        5.0, "a number > 0", positive, doc="the largest |return| algo.return_scaling lets the critic see"
+        5.0,
+        "a number > 0",
+        positive,
+        doc="the largest |return| algo.return_scaling lets the critic see: the ends of "
+        "its support when algo.v_min and algo.v_max are null",
     )
     noise_hold: int = option(
         0,

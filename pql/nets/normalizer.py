@@ -65,42 +65,59 @@ class ObsNormalizer(nn.Module):
 
 class ReturnScale(nn.Module):
     """The scale the critic's rewards are divided by with algo.return_scaling (SimbaV2, FlashSAC):
-    max(σ_G, max|G| / bound), G being the envs' discounted returns so far in their episodes,
-    G_t = r_t + γ G_{t−1} (0 before an episode's first step). σ_G keeps the values' spread near
-    one; the second term keeps the largest return seen within ±bound, the support of a categorical
-    critic. The actor folds in each step's G of every env (and of every replica) and publishes the
+    max(σ_G, max G / high, min G / low), G being the envs' discounted returns so far in their
+    episodes, G_t = r_t + γ G_{t−1} (0 before an episode's first step), and [low, high] the range
+    the scaled returns must stay in, a categorical critic's support (low <= 0 <= high, not both 0).
+    σ_G keeps the values' spread near one; the other terms keep the largest and the smallest
+    return seen inside the support (on ±bound they are FlashSAC's max|G| / bound; an end at 0
+    bounds nothing, so a support of [0, high] leaves negative returns to be clipped onto it). The
+    actor folds in each step's G of every env (and of every replica) and publishes the
     statistics; every role scales with the latest published copy, as with ObsNormalizer. Before
     any data the scale is 1."""
 
     count: torch.Tensor
     mean: torch.Tensor
     var: torch.Tensor
-    max_abs: torch.Tensor
+    max_return: torch.Tensor
+    min_return: torch.Tensor
 
-    def __init__(self, bound: float, eps: float = 1e-8):
+    def __init__(self, low: float, high: float, eps: float = 1e-8):
         super().__init__()
-        self.bound, self.eps = bound, eps
+        if not low <= 0.0 <= high or low == high:
+            raise ValueError(f"a return-scaled support must hold 0 and not be one point, got [{low}, {high}]")
+        # 0 where an end is 0: that end takes no part in the scale (returns beyond it are clipped).
+        self.per_high = 1.0 / high if high > 0 else 0.0
+        self.per_low = 1.0 / low if low < 0 else 0.0
+        self.eps = eps
         self.register_buffer("count", torch.tensor(0.0))
         self.register_buffer("mean", torch.tensor(0.0))
         self.register_buffer("var", torch.tensor(1.0))
-        self.register_buffer("max_abs", torch.tensor(0.0))
+        self.register_buffer("max_return", torch.tensor(0.0))  # the largest G seen, and 0
+        self.register_buffer("min_return", torch.tensor(0.0))  # the smallest G seen, and 0
 
     @torch.no_grad()
     def update(self, returns: torch.Tensor) -> None:
         """returns: [N] this step's G of every env."""
-        self.update_moments(returns.shape[0], returns.mean(), returns.var(unbiased=False), returns.abs().max())
+        self.update_moments(returns.shape[0], returns.mean(), returns.var(unbiased=False), returns.max(), returns.min())
 
     @torch.no_grad()
     def update_moments(
-        self, n: int | torch.Tensor, batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_max_abs: torch.Tensor
+        self,
+        n: int | torch.Tensor,
+        batch_mean: torch.Tensor,
+        batch_var: torch.Tensor,
+        batch_max: torch.Tensor,
+        batch_min: torch.Tensor,
     ) -> None:
-        """Fold in n returns with mean, (biased) variance and largest magnitude (0-d tensors)."""
+        """Fold in n returns with mean, (biased) variance, largest and smallest (0-d tensors)."""
         fold_moments(self.count, self.mean, self.var, n, batch_mean, batch_var)
-        self.max_abs.copy_(torch.maximum(self.max_abs, batch_max_abs))
+        self.max_return.copy_(torch.maximum(self.max_return, batch_max))
+        self.min_return.copy_(torch.minimum(self.min_return, batch_min))
 
     def scale(self) -> torch.Tensor:
-        """max(σ_G, max|G| / bound), a 0-d tensor."""
-        return torch.maximum((self.var + self.eps).sqrt(), self.max_abs / self.bound)
+        """max(σ_G, max G / high, min G / low), a 0-d tensor."""
+        ends = torch.maximum(self.max_return * self.per_high, self.min_return * self.per_low)
+        return torch.maximum((self.var + self.eps).sqrt(), ends)
 
     def forward(self, reward: torch.Tensor) -> torch.Tensor:
         return reward / self.scale()

@@ -225,21 +225,25 @@ class ReplicaGroup:
 
     def update_return_scale(self, return_scale, returns: torch.Tensor) -> None:
         """Update `return_scale` (pql.nets.ReturnScale) with this step's discounted returns of
-        every replica: their counts, sums and sums of squares summed (float64), their largest
-        magnitudes maxed, so every replica's statistics get the same update."""
+        every replica: their counts, sums and sums of squares summed (float64), their largest and
+        (negated) smallest maxed, so every replica's statistics get the same update."""
         if self.world == 1:
             return_scale.update(returns)
             return
         x = returns.double()
         moments = torch.stack([x.new_tensor(float(x.shape[0])), x.sum(), x.pow(2).sum()])
-        largest = x.abs().max()
+        extremes = torch.stack([x.max(), -x.min()])
         with _collective("the return-statistics all-reduce"):
             dist.all_reduce(moments, group=self.device)
-            dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=self.device)
+            dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=self.device)
         n, s, sq = moments
         mean = s / n
         return_scale.update_moments(
-            n.float(), mean.float(), (sq / n - mean.pow(2)).clamp_min(0).float(), largest.float()
+            n.float(),
+            mean.float(),
+            (sq / n - mean.pow(2)).clamp_min(0).float(),
+            extremes[0].float(),
+            -extremes[1].float(),
         )
 
     def agree(self, code: int) -> int:

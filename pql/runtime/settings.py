@@ -102,8 +102,9 @@ class RatioSettings:
 class ActorSettings:
     """The actor's: its envs, its budget, how often it refreshes its networks, and how it folds
     transitions. priority_eta: Ape-X's η when the actor computes priorities (None: it does not).
-    return_bound: algo.return_bound where the actor keeps the return's statistics
-    (algo.return_scaling; None: it does not)."""
+    return_support: the support (algo.v_min, algo.v_max) the return's scale keeps the scaled
+    returns in, where the actor keeps the return's statistics (algo.return_scaling; None: it
+    does not)."""
 
     device: torch.device
     envs: EnvSettings
@@ -115,7 +116,7 @@ class ActorSettings:
     priority_eta: float | None
     keeps_first_step: bool
     reward_scale: float
-    return_bound: float | None
+    return_support: tuple[float, float] | None
 
 
 @dataclass(frozen=True)
@@ -134,14 +135,14 @@ class LearnerSettings:
 class VLearnerSettings(LearnerSettings):
     """The V-learner's, beyond a learner's: the replay's sampling (its section), the n-step
     layout, whether new items take the actor's priorities, the critic's update, and whether its
-    rewards are divided by the return's scale (algo.return_scaling: its bound; None: no)."""
+    rewards are divided by the return's scale (algo.return_scaling: its support; None: no)."""
 
     replay: ReplayConfig
     keeps_first_step: bool
     staged_priorities: bool
     pull_every: int
     max_critic_loss: float | None
-    return_bound: float | None
+    return_support: tuple[float, float] | None
 
 
 @dataclass(frozen=True)
@@ -298,7 +299,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
     first_step = keeps_first_step(algo)
     seed, capacity, batch_size = process.seed, given(replay.capacity), given(algo.batch_size)
     snapshot_dir = cfg.run_dir if runtime.checkpoint_replay else None
-    return_bound = algo.return_bound if algo.return_scaling else None
+    return_support = (given(algo.v_min), given(algo.v_max)) if algo.return_scaling else None
     return OffPolicySettings(
         algo=algo,
         updates=UpdateSettings(algo.tau, algo.policy_average, given(runtime.compile)),
@@ -319,7 +320,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             priority_eta=replay.priority_eta if replay.actor_priorities else None,
             keeps_first_step=first_step,
             reward_scale=algo.reward_scale,
-            return_bound=return_bound,
+            return_support=return_support,
         ),
         v_learner=VLearnerSettings(
             device=torch.device(given(runtime.v_learner_device)),
@@ -333,7 +334,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             staged_priorities=replay.actor_priorities,
             pull_every=runtime.v_learner_pull_every,
             max_critic_loss=runtime.max_critic_loss,
-            return_bound=return_bound,
+            return_support=return_support,
         ),
         p_learner=PLearnerSettings(
             device=torch.device(given(runtime.p_learner_device)),

@@ -55,8 +55,8 @@ class Actor(Role):
         # algo.return_scaling: the return's statistics, over G_t = r_t + γ G_{t-1} of every env.
         self.return_scale: ReturnScale | None = None
         self.returns: torch.Tensor | None = None
-        if settings.return_bound is not None:
-            self.return_scale = ReturnScale(settings.return_bound).to(device)
+        if settings.return_support is not None:
+            self.return_scale = ReturnScale(*settings.return_support).to(device)
             self.returns = torch.zeros(self.env.num_envs, device=device)
         self.noise = algorithm.exploration_noise(self.env.num_envs)
         self.window = NStepWindow(settings.nstep, settings.gamma, settings.priority_eta, settings.keeps_first_step)

@@ -210,7 +210,8 @@ class VLearner(_Learner):
         group.broadcast(algorithm.critic)  # before its target is made from it
         self.policy_reader = WeightsReader(shared.weights[POLICY], algorithm.policy)
         # algo.return_scaling: the rewards divided by the return's scale, the actor's latest.
-        self.return_scale = None if settings.return_bound is None else ReturnScale(settings.return_bound).to(device)
+        support = settings.return_support
+        self.return_scale = None if support is None else ReturnScale(*support).to(device)
         if self.return_scale is not None:
             self.return_scale_reader = WeightsReader(shared.weights[RETURN_SCALE], self.return_scale)
             self.copied_networks = (*self.copied_networks, "return_scale")

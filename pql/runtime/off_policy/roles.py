@@ -45,8 +45,8 @@ def make_shared(settings: OffPolicySettings, rules: OffPolicyRules, obs_dim: int
     }
     if settings.delivered == DELIVERED:
         weights[DELIVERED] = SharedWeights(rules.make_policy(), p_learner)
-    if settings.actor.return_bound is not None:
-        weights[RETURN_SCALE] = SharedWeights(ReturnScale(settings.actor.return_bound), actor)
+    if settings.actor.return_support is not None:
+        weights[RETURN_SCALE] = SharedWeights(ReturnScale(*settings.actor.return_support), actor)
     staging = staging_spec(obs_dim, act_dim, settings.actor.keeps_first_step)
     return make_shared_state(
         RatioCounters(),

@@ -67,7 +67,7 @@ class OffPolicyRunner(Runner):
     def __init__(self, settings: OffPolicySettings, device, obs: ObsLayout, act_dim: int, resume: dict | None):
         self.settings, self.device, self.obs, self.act_dim, self.resume = settings, device, obs, act_dim, resume
         self.world = settings.process.replicas.world  # env_steps counts every replica's
-        self.scales_returns = settings.v_learner.return_bound is not None
+        self.scales_returns = settings.v_learner.return_support is not None
         self.samples_policy = isinstance(settings.algo, SACConfig)  # SAC: its temperature and entropy are logged
         rules = make_rules(settings.algo, obs, act_dim)
         devices = [settings.role(name).device for name in ROLE_NAMES]
