@@ -52,7 +52,7 @@ def test_a_support_s_ends_each_bound_the_returns_of_their_sign(low, high, want):
     scale.update(torch.cat([torch.tensor([400.0, -900.0]), torch.zeros(998)]))
     assert float(scale.var.sqrt()) < 32.0 < want  # σ_G: below every term wanted here
     assert float(scale.scale()) == pytest.approx(want)
-    scaled = scale(torch.tensor([400.0, -900.0]))
+    scaled = scale(torch.tensor([400.0, -900.0]))  # on the support, but where their sign's end is 0
     assert low - 1e-6 <= float(scaled[0]) <= high + 1e-6 or high == 0.0
     assert low - 1e-6 <= float(scaled[1]) <= high + 1e-6 or low == 0.0
 
