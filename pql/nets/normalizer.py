@@ -98,7 +98,8 @@ class ReturnScale(nn.Module):
     @torch.no_grad()
     def update(self, returns: torch.Tensor) -> None:
         """returns: [N] this step's G of every env."""
-        self.update_moments(returns.shape[0], returns.mean(), returns.var(unbiased=False), returns.max(), returns.min())
+        smallest, largest = torch.aminmax(returns)  # one pass over the envs
+        self.update_moments(returns.shape[0], returns.mean(), returns.var(unbiased=False), largest, smallest)
 
     @torch.no_grad()
     def update_moments(

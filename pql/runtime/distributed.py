@@ -232,7 +232,8 @@ class ReplicaGroup:
             return
         x = returns.double()
         moments = torch.stack([x.new_tensor(float(x.shape[0])), x.sum(), x.pow(2).sum()])
-        extremes = torch.stack([x.max(), -x.min()])
+        smallest, largest = torch.aminmax(x)
+        extremes = torch.stack([largest, -smallest])
         with _collective("the return-statistics all-reduce"):
             dist.all_reduce(moments, group=self.device)
             dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=self.device)
