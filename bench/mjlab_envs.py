@@ -105,7 +105,7 @@ def pql_curves(run_dir: str) -> tuple[list[tuple[float, float]], list[tuple[floa
     with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
         for row in csv.DictReader(f):
             t = float(row["wall_time_s"])
-            if float(row.get("train/episodes") or 0) > 0:  # a row without finished episodes logs 0
+            if row.get("train/return"):  # empty until an episode has finished
                 train.append((t, float(row["train/return"])))
             if row.get("eval/return"):
                 evals.append((t, float(row["eval/return"])))

@@ -5,12 +5,16 @@ import glob
 import json
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from pql.logging import EVAL_RETURN, RunLogger, WandbSettings
 from pql.logging.console import format_progress
+from pql.runtime.episodes import EpisodeStats, latest_episode_scalars
+from pql.runtime.shared import RunCounters, RunStats
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -44,6 +48,24 @@ def test_csv_tensorboard_and_learning_curve(tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["hidden"] == [256, 256]
     png = (run_dir / "learning_curve.png").read_bytes()
     assert png.startswith(PNG_SIGNATURE) and len(png) > 1000
+
+
+def test_the_training_return_is_left_empty_until_an_episode_has_finished(tmp_path):
+    # A 0 there would read as a return the policy earned; the cells stay empty instead.
+    shared = SimpleNamespace(stats=RunStats(), counters=RunCounters())
+    episodes = EpisodeStats(num_envs=2, device="cpu")
+    logger = RunLogger(tmp_path / "run", {}, total_env_steps=4)
+    for step, done in enumerate(([False, False], [True, False])):
+        episodes.track(torch.tensor([1.0, 2.0]), torch.tensor(done), {})
+        episodes.report(shared)
+        episode_counts = {"train/episodes": float(shared.counters.episodes)}
+        logger.log(2 * (step + 1), {**latest_episode_scalars(shared.stats), **episode_counts})
+    logger.close()
+    rows = _rows(tmp_path / "run")
+    assert [(r["train/episodes"], r["train/return"], r["train/length"]) for r in rows] == [
+        ("0.0", "", ""),
+        ("1.0", "2.0", "2.0"),
+    ]
 
 
 def test_resume_appends_and_continues_wall_time(tmp_path):

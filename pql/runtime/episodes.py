@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from pql.runtime.device import host_values
@@ -57,3 +59,16 @@ class EpisodeStats:
         if TRAIN_EPISODE_METRIC in stats:
             shared.stats.train_metric = stats[TRAIN_EPISODE_METRIC]
         shared.counters.episodes = stats["train/episodes"]
+
+
+def latest_episode_scalars(stats) -> dict:
+    """{"train/return", "train/length", TRAIN_EPISODE_METRIC} of a runner's shared statistics
+    (pql.runtime.shared.RunStats), empty until an episode of this launch has finished: metrics.csv
+    then leaves the cells empty instead of logging a return of 0."""
+    if math.isnan(stats.train_return):
+        return {}
+    return {
+        "train/return": stats.train_return,
+        "train/length": stats.train_length,
+        TRAIN_EPISODE_METRIC: stats.train_metric,
+    }

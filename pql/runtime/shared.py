@@ -5,6 +5,7 @@ statistics, a ring of staged data, versioned weights, and the supervisor's queue
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
@@ -88,12 +89,17 @@ class RunCounters(SharedValues):
 
 class RunStats(SharedValues):
     """The latest mean return, length and episode metric (tasks.base.BatchedEnv.episode_metric;
-    0 for an env without one) of the training episodes (writer: actor); runners add their losses."""
+    0 for an env without one) of the training episodes (writer: actor), nan until an episode of
+    this launch has finished (so no 0 is logged as a return); runners add their losses."""
 
     dtype = torch.float64
     train_return: float
     train_length: float
     train_metric: float
+
+    def __init__(self):
+        super().__init__()
+        self.train_return = self.train_length = self.train_metric = math.nan
 
 
 Counters = TypeVar("Counters", bound="RunCounters")

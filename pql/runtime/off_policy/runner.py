@@ -15,7 +15,7 @@ from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, Role, Runner
 from pql.runtime.control import RatioCounters
 from pql.runtime.divergence import Diverged, check_state
-from pql.runtime.episodes import TRAIN_EPISODE_METRIC
+from pql.runtime.episodes import latest_episode_scalars
 from pql.runtime.off_policy.actor import Actor
 from pql.runtime.off_policy.learners import replay_layouts
 from pql.runtime.off_policy.roles import build_role, make_ratios, make_rules, make_shared, role_main
@@ -167,9 +167,7 @@ class OffPolicyRunner(Runner):
             "critic/q": stats["q_mean"],
             **({"critic/return_scale": stats["return_scale"]} if self.scales_returns else {}),
             "policy/version_lag": stats["policy_version_lag"],
-            "train/return": stats["train_return"],
-            "train/length": stats["train_length"],
-            TRAIN_EPISODE_METRIC: stats["train_metric"],
+            **latest_episode_scalars(self.shared.stats),
             "train/episodes": self.counters.episodes,
         }
 

@@ -22,7 +22,7 @@ from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, POLICY
 from pql.runtime.device import synchronize, use_device
 from pql.runtime.distributed import role_group
-from pql.runtime.episodes import TRAIN_EPISODE_METRIC
+from pql.runtime.episodes import latest_episode_scalars
 from pql.runtime.on_policy.learner import OnPolicyRunner
 from pql.runtime.on_policy.rollout import RolloutWorker, trajectory_spec
 from pql.runtime.settings import OnPolicySettings, Waits
@@ -245,9 +245,7 @@ class ImpalaRunner(OnPolicyRunner):
         return {
             **self.info,
             "policy/version_lag": lag,
-            "train/return": self.shared.stats.train_return,
-            "train/length": self.shared.stats.train_length,
-            TRAIN_EPISODE_METRIC: self.shared.stats.train_metric,
+            **latest_episode_scalars(self.shared.stats),
             "train/episodes": self.counters.episodes,
         }
 
