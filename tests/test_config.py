@@ -350,8 +350,9 @@ def test_pql_d_support_scales_with_the_reward():
     [("Ant", (-5.0, 5.0)), ("dmc/hopper-hop", (0.0, 5.0)), ("HumanoidStandup", (0.0, 5.0)), ("Pusher", (-5.0, 0.0))],
 )
 def test_a_return_scaled_critic_s_support_spans_the_signs_of_the_task_s_values(make_config, task, support):
-    algo = make_config(["algo=sac", "algo.value=categorical", "algo.return_scaling=true", f"task={task}"]).algo
-    assert (algo.v_min, algo.v_max, algo.num_atoms) == (*support, 101)
+    for value in ("categorical", "hl_gauss"):
+        algo = make_config(["algo=sac", f"algo.value={value}", "algo.return_scaling=true", f"task={task}"]).algo
+        assert (algo.v_min, algo.v_max, algo.num_atoms) == (*support, 101)
     algo = make_config(["algo=pql", "algo.return_scaling=true", "algo.return_bound=3", f"task={task}"]).algo
     assert (algo.v_min, algo.v_max) == tuple(3 / 5 * end for end in support)  # the scale's, for a scalar critic
     assert make_config(["algo=pql", f"task={task}"]).algo.v_min is None  # a scalar critic has no support
