@@ -7,6 +7,7 @@ import math
 import torch
 
 from pql.runtime.device import host_values
+from pql.runtime.shared import RunStats
 
 # The runners' key for the mean episode metric of the training episodes; the main process logs it
 # as train/<the env's episode_metric> (pql.runtime.run.Monitor), and not at all for envs without one.
@@ -61,10 +62,10 @@ class EpisodeStats:
         shared.counters.episodes = stats["train/episodes"]
 
 
-def latest_episode_scalars(stats) -> dict:
-    """{"train/return", "train/length", TRAIN_EPISODE_METRIC} of a runner's shared statistics
-    (pql.runtime.shared.RunStats), empty until an episode of this launch has finished: metrics.csv
-    then leaves the cells empty instead of logging a return of 0."""
+def latest_episode_scalars(stats: RunStats) -> dict:
+    """{"train/return", "train/length", TRAIN_EPISODE_METRIC} of a runner's shared statistics,
+    empty until an episode of this launch has finished: metrics.csv then leaves the cells empty
+    instead of logging a return of 0."""
     if math.isnan(stats.train_return):
         return {}
     return {
