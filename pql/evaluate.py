@@ -37,14 +37,14 @@ def evaluate(env, policy, normalizer) -> dict[str, float]:
     is not None) is scored on each env's first episode that starts after this call: an episode
     under way is stepped through unscored. The policy and `normalizer` read the env's policy
     columns (env.policy_obs_dim: an env may offer the critic more). -> {"eval/return",
-    "eval/length", and "eval/<metric>" for an env with an episode_metric}: means over the env's
-    num_envs scored episodes, read in one transfer at the end."""
+    "eval/length", and "eval/<metric>" for each of the env's episode_metrics}: means over the
+    env's num_envs scored episodes, read in one transfer at the end."""
     obs = env.reset()
     n, columns = env.num_envs, env.policy_obs_dim
-    metric = env.episode_metric
+    metrics = env.episode_metrics
     returns = torch.zeros(n, device=env.device)
     lengths = torch.zeros(n, device=env.device)
-    scores = torch.zeros(n, device=env.device)  # the metric at each episode's last step
+    scores = torch.zeros(len(metrics), n, device=env.device)  # each metric at each episode's last step
     running = torch.ones(n, dtype=torch.bool, device=env.device)  # the scored episode has not ended
     starts = env.episode_starts
     scoring = running.clone() if starts is None else starts.clone()  # the episode stepped is the one scored
@@ -57,13 +57,13 @@ def evaluate(env, policy, normalizer) -> dict[str, float]:
         returns += reward * counted
         lengths += counted.float()
         ended = counted & done
-        if metric is not None:
-            scores = torch.where(ended, info[metric], scores)
+        if metrics:
+            scores = torch.where(ended, torch.stack([info[name] for name in metrics]), scores)
         running &= ~ended
         scoring |= done  # an env whose unscored episode ended starts its scored one at the next step
         seen = still_running.read()
         if seen is not None and not seen.any():
             break
-    names = ["eval/return", "eval/length"] + ([] if metric is None else [f"eval/{metric}"])
-    means = torch.stack([returns.mean(), lengths.mean(), scores.mean()][: len(names)]).tolist()
+    names = ["eval/return", "eval/length"] + [f"eval/{name}" for name in metrics]
+    means = torch.cat([torch.stack([returns.mean(), lengths.mean()]), scores.mean(dim=1)]).tolist()
     return dict(zip(names, means))

@@ -32,6 +32,9 @@ import abc
 
 import torch
 
+# The most episode metrics an env may name: what the runtime's shared statistics hold.
+MAX_EPISODE_METRICS = 4
+
 
 class TaskError(ValueError):
     """A task, a size or an action that the envs cannot take; str() says what was wrong."""
@@ -50,10 +53,11 @@ class BatchedEnv(abc.ABC):
     max_episode_steps: int
     action_low: torch.Tensor  # [act_dim] float32, device
     action_high: torch.Tensor  # [act_dim] float32, device
-    # The info entry whose value at an episode's last step scores the episode beside its return
-    # ("consecutive_successes" of ShadowHandCube), or None: evaluations and the training log
-    # report its mean over episodes as eval/<name> and train/<name>.
-    episode_metric: str | None = None
+    # The info entries whose values at an episode's last step score the episode beside its return
+    # (ShadowHandCube's "consecutive_successes"; Anymal's "lin_vel_error" and "yaw_rate_error", each
+    # the episode's mean so far), at most MAX_EPISODE_METRICS: evaluations and the training log
+    # report each one's mean over episodes as eval/<name> and train/<name>.
+    episode_metrics: tuple[str, ...] = ()
     # Whether an env of the same task, size and seed repeats the same trajectory under the same
     # actions; `python -m pql.check_env` holds an env that says so to it.
     deterministic: bool = True

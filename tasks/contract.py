@@ -10,7 +10,8 @@ What each check asserts (the quick part: attributes to final_obs, on a reset() a
 steps; the full check adds a rollout of random actions and the last four):
 
     attributes        num_envs, obs_dim, act_dim, max_episode_steps ints > 0; critic_obs_dim an
-                      int, 0 ≤ it < obs_dim; device a torch.device; episode_metric None or a str
+                      int, 0 ≤ it < obs_dim; device a torch.device; episode_metrics a tuple of at most
+                      MAX_EPISODE_METRICS info entries' names
     action_bounds     action_low, action_high [act_dim] float32 on env.device, finite, low < high
     calls             reset() and step() run without raising and return tensors (step: five
                       values, info a dict)
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import BatchedEnv, TaskError
+from .base import MAX_EPISODE_METRICS, BatchedEnv, TaskError
 
 # The checks, in the order they are reported (the module docstring says what each asserts).
 CHECKS = (
@@ -341,9 +342,17 @@ def _attributes(env: BatchedEnv, checks: _Checks) -> None:
     if not isinstance(device, torch.device):
         got = "missing" if device is None else f"{device!r} (a {type(device).__name__})"
         raise checks.broken("attributes", f"env.device is {got}; the protocol wants a torch.device")
-    metric = getattr(env, "episode_metric", None)
-    if metric is not None and not isinstance(metric, str):
-        checks.fail("attributes", f"env.episode_metric is {metric!r}; the protocol wants None or an info entry's name")
+    metrics = getattr(env, "episode_metrics", ())
+    if (
+        not isinstance(metrics, tuple)
+        or len(metrics) > MAX_EPISODE_METRICS
+        or not all(isinstance(name, str) for name in metrics)
+    ):
+        checks.fail(
+            "attributes",
+            f"env.episode_metrics is {metrics!r}; the protocol wants a tuple of at most {MAX_EPISODE_METRICS} "
+            "info entries' names",
+        )
 
 
 def _action_box(env: BatchedEnv, checks: _Checks) -> tuple[torch.Tensor, torch.Tensor]:

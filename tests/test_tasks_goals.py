@@ -21,8 +21,8 @@ import tasks
 from tasks.mujoco.env import MujocoEnv
 from tasks.mujoco.physics_mujoco import MujocoPhysics
 from tasks.mujoco.pusher import Pusher
-from tasks.mujoco.reacher import Reacher, _reacher_start
-from tasks.mujoco.task import init_warp, load_asset, warp_seed
+from tasks.mujoco.reacher import Reacher
+from tasks.mujoco.task import Starts, init_warp, load_asset
 
 SAMPLES = 2000
 BACKENDS = ["mujoco", "mjwarp"]
@@ -39,7 +39,7 @@ def draw_starts(task_cls, num_envs, seed, episode=1):
     qvel = torch.zeros(num_envs, model.nv, dtype=torch.float64)
     restart = torch.ones(num_envs, dtype=torch.bool)
     episodes = torch.full((num_envs,), episode - 1, dtype=torch.int32)
-    task.add_reset_noise(seed, *(wp.from_torch(t) for t in (restart, episodes, qpos, qvel)))
+    task.add_reset_noise(seed, Starts(*(wp.from_torch(t) for t in (restart, episodes, qpos, qvel))))
     return qpos, qvel
 
 
@@ -148,22 +148,10 @@ def pusher_start_problems(qpos, qvel, qpos0, reference_qpos):
 class SquareReacher(Reacher):
     """A mistake: the target drawn in the square around the disc, without rejection."""
 
-    def add_reset_noise(self, seed, restart, episodes, qpos, qvel):
-        wp.launch(
-            _reacher_start,
-            dim=restart.shape[0],
-            device=qpos.device,
-            inputs=[
-                warp_seed(seed),
-                self.arm_joints,
-                float(self.reset_noise_scale),
-                float(self.qvel_noise_scale),
-                float(self.target_radius),
-                wp.float64(1.0),
-                restart,
-            ],
-            outputs=[episodes, qpos, qvel],
-        )
+    def start_params(self):
+        params = super().start_params()
+        params.radius = wp.float64(1.0)  # every point of the square passes
+        return params
 
 
 class NarrowReacher(Reacher):

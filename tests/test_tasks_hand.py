@@ -91,7 +91,7 @@ def test_the_task_is_registered_with_isaac_gyms_sizes():
     env = tasks.make("ShadowHandCube", 3, "cpu", backend="mujoco")
     assert (env.obs_dim, env.act_dim, env.max_episode_steps) == (211, 20, 600)
     assert env.action_low.tolist() == [-1.0] * 20 and env.action_high.tolist() == [1.0] * 20
-    assert env.episode_metric == "consecutive_successes"
+    assert env.episode_metrics == ("consecutive_successes",)
 
 
 def elliptic(model):

@@ -8,24 +8,27 @@ import torch
 
 from pql.runtime.device import host_values
 from pql.runtime.shared import RunStats
+from tasks.base import MAX_EPISODE_METRICS
 
-# The runners' key for the mean episode metric of the training episodes; the main process logs it
-# as train/<the env's episode_metric> (pql.runtime.run.Monitor), and not at all for envs without one.
-TRAIN_EPISODE_METRIC = "train/episode_metric"
+
+def episode_metric_key(index: int) -> str:
+    """The runners' key for the mean of the env's index-th episode metric over the training
+    episodes; the main process logs it as train/<that metric's name> (pql.runtime.run.Monitor)."""
+    return f"train/episode_metric/{index}"
 
 
 class EpisodeStats:
     """Each env's running return and length, and sums over the episodes that finished since the
-    last `pop` (with the env's episode_metric at their last step, for an env that has one).
-    `track` stays on the device; `pop` reads it back (a host sync on CUDA)."""
+    last `pop` (with the env's episode metrics at their last step). `track` stays on the device;
+    `pop` reads it back (a host sync on CUDA)."""
 
-    def __init__(self, num_envs: int, device, episodes: int = 0, metric: str | None = None):
+    def __init__(self, num_envs: int, device, episodes: int = 0, metrics: tuple[str, ...] = ()):
         self.ep_return = torch.zeros(num_envs, device=device)
         self.ep_length = torch.zeros(num_envs, device=device)
         self.finished = torch.zeros(3, device=device)  # return sum, length sum, count
-        self.finished_metric = torch.zeros((), device=device)  # metric sum (not checkpointed: logging only)
+        self.finished_metrics = torch.zeros(len(metrics), device=device)  # sums (not checkpointed: logging only)
         self.episodes = episodes  # finished episodes popped so far (a resumed run starts from its count)
-        self.metric = metric
+        self.metrics = metrics
 
     def track(self, reward: torch.Tensor, done: torch.Tensor, info: dict) -> None:
         """reward [N] of this step, done [N] bool (terminated | truncated), info the step's."""
@@ -33,43 +36,45 @@ class EpisodeStats:
         self.ep_length += 1
         d = done.float()
         self.finished += torch.stack([(self.ep_return * d).sum(), (self.ep_length * d).sum(), d.sum()])
-        if self.metric is not None:
-            self.finished_metric += (info[self.metric] * d).sum()
+        if self.metrics:
+            self.finished_metrics += torch.stack([info[name] for name in self.metrics]) @ d
         self.ep_return *= 1 - d
         self.ep_length *= 1 - d
 
     def pop(self) -> dict:
-        """Mean return and length (and episode metric) of the episodes finished since the last call
-        (absent if none did), and the count of all so far: {"train/return", "train/length",
-        ("train/episode_metric",) "train/episodes"}."""
-        ret, length, count, metric = host_values(*self.finished.unbind(), self.finished_metric)
+        """Mean return and length (and of each episode metric, under episode_metric_key) of the
+        episodes finished since the last call (absent if none did), and the count of all so far:
+        {"train/return", "train/length", episode_metric_key(i)..., "train/episodes"}."""
+        ret, length, count, *metrics = host_values(*self.finished.unbind(), *self.finished_metrics.unbind())
         self.finished.zero_()
-        self.finished_metric.zero_()
+        self.finished_metrics.zero_()
         self.episodes += int(count)
         means = {"train/return": ret / count, "train/length": length / count} if count else {}
-        if count and self.metric is not None:
-            means[TRAIN_EPISODE_METRIC] = metric / count
+        if count:
+            means.update({episode_metric_key(i): total / count for i, total in enumerate(metrics)})
         return {**means, "train/episodes": self.episodes}
 
     def report(self, shared) -> None:
-        """Pop into the shared statistics (shared.stats.train_return, train_length, train_metric)
+        """Pop into the shared statistics (shared.stats.train_return, train_length, train_metrics)
         and the shared episode count, where the main process reads them."""
         stats = self.pop()
         if "train/return" in stats:
             shared.stats.train_return, shared.stats.train_length = stats["train/return"], stats["train/length"]
-        if TRAIN_EPISODE_METRIC in stats:
-            shared.stats.train_metric = stats[TRAIN_EPISODE_METRIC]
+            means = [stats[episode_metric_key(i)] for i in range(len(self.metrics))]
+            shared.stats.train_metrics[: len(means)] = torch.tensor(means, dtype=shared.stats.train_metrics.dtype)
         shared.counters.episodes = stats["train/episodes"]
 
 
 def latest_episode_scalars(stats: RunStats) -> dict:
-    """{"train/return", "train/length", TRAIN_EPISODE_METRIC} of a runner's shared statistics,
-    empty until an episode of this launch has finished: metrics.csv then leaves the cells empty
-    instead of logging a return of 0."""
+    """{"train/return", "train/length", episode_metric_key(i) for every slot of
+    stats.train_metrics} of a runner's shared statistics, empty until an episode of this launch
+    has finished: metrics.csv then leaves the cells empty instead of logging a return of 0. The
+    main process keeps the slots of the env's metrics and drops the rest."""
     if math.isnan(stats.train_return):
         return {}
+    means = stats.train_metrics.tolist()
     return {
         "train/return": stats.train_return,
         "train/length": stats.train_length,
-        TRAIN_EPISODE_METRIC: stats.train_metric,
+        **{episode_metric_key(i): means[i] for i in range(MAX_EPISODE_METRICS)},
     }

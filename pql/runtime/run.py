@@ -68,12 +68,13 @@ from pql.runtime.distributed import (
     spread,
 )
 from pql.runtime.divergence import check_state
-from pql.runtime.episodes import TRAIN_EPISODE_METRIC
+from pql.runtime.episodes import episode_metric_key
 from pql.runtime.evaluation import EvalResult, Evaluator
 from pql.runtime.settings import MonitorSettings, ResumeSettings, RunSettings, load_runner, run_settings
 from pql.runtime.shards import commit, replica_state
 from pql.runtime.stopping import FINISH, GO_ON, Stopped, StopSignals, by_signal, signal_name
 from tasks import task_form
+from tasks.base import MAX_EPISODE_METRICS
 from tasks.contract import check_contract, raise_on_findings
 
 # cfg/config.yaml's hydra.run.dir, runs/<date>_<time>_<task>_<algo>: new at every launch.
@@ -256,11 +257,10 @@ def evaluate_checkpoint(settings: RunSettings, runner_cls, eval_env, state: dict
         runner_cls, settings.runner.algo, state, eval_env.policy_obs_dim, eval_env.act_dim, settings.device
     )
     scores = evaluate(eval_env, policy, normalizer)
-    metric = eval_env.episode_metric
     print(
         f"pql: evaluated {settings.resume.checkpoint} on {settings.eval_envs.num_envs} {settings.resume.task} envs: "
         f"mean return {scores['eval/return']:.2f}, mean length {scores['eval/length']:.1f}"
-        + ("" if metric is None else f", mean {metric.replace('_', ' ')} {scores[f'eval/{metric}']:.2f}"),
+        + "".join(f", mean {name.replace('_', ' ')} {scores[f'eval/{name}']:.3g}" for name in eval_env.episode_metrics),
         flush=True,
     )
     return scores
@@ -289,7 +289,7 @@ class Monitor(RunMonitor):
     ):
         self.settings, self.runner, self.logger, self.board, self.signals = settings, runner, logger, board, signals
         self.evaluator = Evaluator(eval_env, eval_env.device, runner.trains_elsewhere) if logger else None
-        self.episode_metric = eval_env.episode_metric
+        self.episode_metrics = eval_env.episode_metrics
         self.start = time.monotonic()
         self.solved = False
         self.stopping_said = False  # the line that the run stops for a signal is printed
@@ -465,11 +465,12 @@ class Monitor(RunMonitor):
             self.board.post({k: v for k, v in self.runner.scalars().items() if k.startswith("ratio/")})
 
     def _runner_scalars(self) -> dict:
-        """The runner's scalars, its episode metric named as the env names it (left out without one)."""
+        """The runner's scalars, its episode metrics named as the env names them (the unused slots left out)."""
         scalars = self.runner.scalars()
-        metric = scalars.pop(TRAIN_EPISODE_METRIC, None)
-        if metric is not None and self.episode_metric is not None:
-            scalars[f"train/{self.episode_metric}"] = metric
+        for i in range(MAX_EPISODE_METRICS):
+            mean = scalars.pop(episode_metric_key(i), None)
+            if mean is not None and i < len(self.episode_metrics):
+                scalars[f"train/{self.episode_metrics[i]}"] = mean
         return scalars
 
     def _log(self, env_steps: int, scalars: dict) -> None:

@@ -12,6 +12,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 
+from tasks.base import MAX_EPISODE_METRICS
+
 
 class _Entry:
     """One named value of a `SharedValues` tensor: `counters.env_steps += n` reads and writes
@@ -88,18 +90,19 @@ class RunCounters(SharedValues):
 
 
 class RunStats(SharedValues):
-    """The latest mean return, length and episode metric (tasks.base.BatchedEnv.episode_metric;
-    0 for an env without one) of the training episodes (writer: actor), nan until an episode of
-    this launch has finished (so no 0 is logged as a return); runners add their losses."""
+    """The latest mean return and length of the training episodes (writer: actor), nan until an
+    episode of this launch has finished (so no 0 is logged as a return), and in `train_metrics`
+    [MAX_EPISODE_METRICS] float64 the means of the env's episode metrics in their order
+    (tasks.base.BatchedEnv.episode_metrics; the rest unused); runners add their losses."""
 
     dtype = torch.float64
     train_return: float
     train_length: float
-    train_metric: float
 
     def __init__(self):
         super().__init__()
-        self.train_return = self.train_length = self.train_metric = math.nan
+        self.train_return = self.train_length = math.nan
+        self.train_metrics = torch.zeros(MAX_EPISODE_METRICS, dtype=self.dtype).share_memory_()
 
 
 Counters = TypeVar("Counters", bound="RunCounters")

@@ -45,7 +45,7 @@ class MujocoEnv(BatchedEnv):
         self.action_repeat = action_repeat
         self.task.start(num_envs, seed)
         self.physics = physics_cls(model, num_envs, device, self.task, seed)
-        self.episode_metric = self.task.episode_metric
+        self.episode_metrics = self.task.episode_metrics
         self.num_envs = num_envs
         self.device = device
         self._seed = seed

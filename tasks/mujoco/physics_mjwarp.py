@@ -30,7 +30,7 @@ import torch
 import warp as wp
 
 from ..base import LateRead, TaskError
-from .task import Task, init_warp, physics_layout
+from .task import Starts, Task, init_warp, physics_layout
 
 # The smooth stages a reset may run, in pipeline order (each needs the ones before it), and how
 # many of them a task must run to read a field at the new state. qpos and qvel are written by the
@@ -251,7 +251,9 @@ class MjwarpPhysics:
         mjw.reset_data(self._model, self._data, reset=self._mask_wp)
 
     def _add_noise(self) -> None:
-        self._task.add_reset_noise(self._seed, self._mask_wp, self._episodes_wp, self._data.qpos, self._data.qvel)
+        self._task.add_reset_noise(
+            self._seed, Starts(self._mask_wp, self._episodes_wp, self._data.qpos, self._data.qvel)
+        )
 
     def _run_stages(self) -> None:
         # Every world runs them (MuJoCo Warp has no world mask); the others' results are never

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import warp as wp
 
-from .task import Task, init_warp, physics_layout
+from .task import Starts, Task, init_warp, physics_layout
 
 # Every part of MjData that mj_step reads rather than recomputes (time, qpos, qvel, act,
 # qacc_warmstart, ctrl, applied forces, mocap, ...): restored, the next steps are the same to the
@@ -66,7 +66,7 @@ class MujocoPhysics:
             wp.from_torch(t) for t in (self._restart, self._episodes, self._start_qpos, self._start_qvel)
         ]
         with wp.ScopedCapture(device="cpu") as capture:
-            task.add_reset_noise(seed, *self._noise_args)
+            task.add_reset_noise(seed, Starts(*self._noise_args))
         self._add_reset_noise = capture.graph
         # np.stack over views kept from the start gathers a field of every world in one C loop.
         self._views = {name: [getattr(d, name) for d in self._datas] for name in fields}

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 import warp as wp
 
-from .task import Task, body_id, start_stream, warp_seed
+from .task import Task, body_id, launch_start, start_kernel
 
 
 class Pusher(Task):
@@ -51,50 +51,39 @@ class Pusher(Task):
         reward = sum(terms.values())
         return reward, torch.zeros_like(reward, dtype=torch.bool), terms
 
-    def add_reset_noise(self, seed, restart, episodes, qpos, qvel):
+    def add_reset_noise(self, seed, starts):
         """Gymnasium's reset_model: the arm at qpos0 with velocities U(±0.005); the object drawn in
         object_range by rejection, at rest; the goal at rest at its joints' zero (their qpos0)."""
         (y_low, y_high), (x_low, x_high) = self.object_range
-        wp.launch(
-            _pusher_start,
-            dim=restart.shape[0],
-            device=qpos.device,
-            inputs=[
-                warp_seed(seed),
-                self.arm_joints,
-                float(self.reset_noise_scale),
-                wp.vec4(y_low, y_high, x_low, x_high),
-                wp.float64(self.min_goal_distance),
-                restart,
-            ],
-            outputs=[episodes, qpos, qvel],
-        )
+        params = _PusherStart()
+        params.arm, params.qvel_scale = self.arm_joints, self.reset_noise_scale
+        params.box, params.min_distance = wp.vec4(y_low, y_high, x_low, x_high), wp.float64(self.min_goal_distance)
+        launch_start(_PUSHER_START, seed, starts, params)
 
 
-@wp.kernel
+@wp.struct
+class _PusherStart:
+    arm: wp.int32
+    qvel_scale: float
+    box: wp.vec4  # the object's (y low, y high, x low, x high)
+    min_distance: wp.float64  # from the goal
+
+
+@wp.func
 def _pusher_start(
-    seed: wp.int32,
-    arm: wp.int32,
-    qvel_scale: float,
-    box: wp.vec4,
-    min_distance: wp.float64,
-    restart: wp.array(dtype=wp.bool),
-    episodes: wp.array(dtype=wp.int32),
-    qpos: wp.array2d(dtype=Any),
-    qvel: wp.array2d(dtype=Any),
+    state: wp.uint32, p: _PusherStart, env: wp.int32, qpos: wp.array2d(dtype=Any), qvel: wp.array2d(dtype=Any)
 ):
-    env = wp.tid()
-    if not restart[env]:
-        return
-    state = start_stream(seed, env, episodes)
-    for j in range(arm):
-        qvel[env, j] = qvel[env, j] + qvel.dtype(qvel_scale * (2.0 * wp.randf(state) - 1.0))
+    for j in range(p.arm):
+        qvel[env, j] = qvel[env, j] + qvel.dtype(p.qvel_scale * (2.0 * wp.randf(state) - 1.0))
     # The test is in float64 on float32 draws, so that the point stored in either backend's dtype
     # is the same and passes it.
     a = wp.float64(0.0)
     b = wp.float64(0.0)
-    while wp.sqrt(a * a + b * b) <= min_distance:
-        a = wp.float64(box[0] + (box[1] - box[0]) * wp.randf(state))
-        b = wp.float64(box[2] + (box[3] - box[2]) * wp.randf(state))
-    qpos[env, arm] = qpos.dtype(a)
-    qpos[env, arm + 1] = qpos.dtype(b)
+    while wp.sqrt(a * a + b * b) <= p.min_distance:
+        a = wp.float64(p.box[0] + (p.box[1] - p.box[0]) * wp.randf(state))
+        b = wp.float64(p.box[2] + (p.box[3] - p.box[2]) * wp.randf(state))
+    qpos[env, p.arm] = qpos.dtype(a)
+    qpos[env, p.arm + 1] = qpos.dtype(b)
+
+
+_PUSHER_START = start_kernel(_pusher_start)

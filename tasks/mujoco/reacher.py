@@ -7,7 +7,7 @@ from typing import Any
 import torch
 import warp as wp
 
-from .task import Task, body_id, start_stream, warp_seed
+from .task import Task, body_id, launch_start, start_kernel
 
 
 class Reacher(Task):
@@ -55,54 +55,46 @@ class Reacher(Task):
         reward = sum(terms.values())
         return reward, torch.zeros_like(reward, dtype=torch.bool), terms
 
-    def add_reset_noise(self, seed, restart, episodes, qpos, qvel):
+    def add_reset_noise(self, seed, starts):
         """Gymnasium's reset_model: arm qpos0 + U(±0.1), its velocities U(±0.005); the target
         uniform on the disc of radius 0.2 at rest."""
-        wp.launch(
-            _reacher_start,
-            dim=restart.shape[0],
-            device=qpos.device,
-            inputs=[
-                warp_seed(seed),
-                self.arm_joints,
-                float(self.reset_noise_scale),
-                float(self.qvel_noise_scale),
-                float(self.target_radius),
-                wp.float64(self.target_radius),
-                restart,
-            ],
-            outputs=[episodes, qpos, qvel],
-        )
+        launch_start(_REACHER_START, seed, starts, self.start_params())
+
+    def start_params(self) -> _ReacherStart:
+        params = _ReacherStart()
+        params.arm, params.qpos_scale = self.arm_joints, self.reset_noise_scale
+        params.qvel_scale, params.half_width = self.qvel_noise_scale, self.target_radius
+        params.radius = wp.float64(self.target_radius)
+        return params
 
 
-@wp.kernel
+@wp.struct
+class _ReacherStart:
+    arm: wp.int32
+    qpos_scale: float
+    qvel_scale: float
+    half_width: float  # of the square the target is drawn in
+    radius: wp.float64  # of the disc it must fall in
+
+
+@wp.func
 def _reacher_start(
-    seed: wp.int32,
-    arm: wp.int32,
-    qpos_scale: float,
-    qvel_scale: float,
-    half_width: float,
-    radius: wp.float64,
-    restart: wp.array(dtype=wp.bool),
-    episodes: wp.array(dtype=wp.int32),
-    qpos: wp.array2d(dtype=Any),
-    qvel: wp.array2d(dtype=Any),
+    state: wp.uint32, p: _ReacherStart, env: wp.int32, qpos: wp.array2d(dtype=Any), qvel: wp.array2d(dtype=Any)
 ):
-    env = wp.tid()
-    if not restart[env]:
-        return
-    state = start_stream(seed, env, episodes)
-    for j in range(arm):
-        qpos[env, j] = qpos[env, j] + qpos.dtype(qpos_scale * (2.0 * wp.randf(state) - 1.0))
-        qvel[env, j] = qvel[env, j] + qvel.dtype(qvel_scale * (2.0 * wp.randf(state) - 1.0))
+    for j in range(p.arm):
+        qpos[env, j] = qpos[env, j] + qpos.dtype(p.qpos_scale * (2.0 * wp.randf(state) - 1.0))
+        qvel[env, j] = qvel[env, j] + qvel.dtype(p.qvel_scale * (2.0 * wp.randf(state) - 1.0))
     # Uniform on the disc by rejection from the square around it, as Gymnasium draws it. The test
     # is in float64 on float32 draws, so that the point stored in either backend's dtype is the
     # same and inside the disc. It replaces the target joints' qpos0 (their `ref`): the slide
     # joints hold the target's position itself. Its velocity stays the reset's zero.
-    x = wp.float64(radius)
+    x = wp.float64(p.radius)
     y = wp.float64(0.0)
-    while wp.sqrt(x * x + y * y) >= radius:
-        x = wp.float64(half_width * (2.0 * wp.randf(state) - 1.0))
-        y = wp.float64(half_width * (2.0 * wp.randf(state) - 1.0))
-    qpos[env, arm] = qpos.dtype(x)
-    qpos[env, arm + 1] = qpos.dtype(y)
+    while wp.sqrt(x * x + y * y) >= p.radius:
+        x = wp.float64(p.half_width * (2.0 * wp.randf(state) - 1.0))
+        y = wp.float64(p.half_width * (2.0 * wp.randf(state) - 1.0))
+    qpos[env, p.arm] = qpos.dtype(x)
+    qpos[env, p.arm + 1] = qpos.dtype(y)
+
+
+_REACHER_START = start_kernel(_reacher_start)

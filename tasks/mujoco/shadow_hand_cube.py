@@ -18,7 +18,7 @@ import torch
 import warp as wp
 
 from ..base import TaskError
-from .task import Task, body_id, finite_rows, init_warp, start_stream, warp_seed
+from .task import Task, body_id, finite_rows, init_warp, launch_start, start_kernel, start_stream, warp_seed
 
 HAND_JOINTS = 24
 _Vec24 = wp.types.vector(length=HAND_JOINTS, dtype=wp.float32)
@@ -38,7 +38,7 @@ class ShadowHandCube(Task):
     nconmax = 64
     njmax = 256
     reset_noise_scale = 0.0  # unused: add_reset_noise draws the task's own start
-    episode_metric = "consecutive_successes"
+    episode_metrics = ("consecutive_successes",)
 
     # IsaacGymEnvs' ShadowHand.yaml and shadow_hand.py
     dist_reward_scale = -10.0
@@ -217,22 +217,13 @@ class ShadowHandCube(Task):
             stream=stream,
         )
 
-    def add_reset_noise(self, seed, restart, episodes, qpos, qvel):
+    def add_reset_noise(self, seed, starts):
         """IsaacGymEnvs' reset: each hand joint at 0.2 x U(lower, upper) of its range, the cube at its
         start position moved by U(±0.01) per axis, turned to a uniformly random orientation, at rest."""
-        wp.launch(
-            _hand_cube_start,
-            dim=restart.shape[0],
-            device=qpos.device,
-            inputs=[
-                warp_seed(seed),
-                *self._start_range,
-                float(self.reset_dof_pos_interval),
-                float(self.reset_position_noise),
-                restart,
-            ],
-            outputs=[episodes, qpos, qvel],
-        )
+        params = _HandCubeStart()
+        params.low, params.high = self._start_range
+        params.joint_interval, params.position_noise = self.reset_dof_pos_interval, self.reset_position_noise
+        launch_start(_HAND_CUBE_START, seed, starts, params)
 
 
 @wp.func
@@ -265,31 +256,30 @@ def _draw_goals(
         goal_quat[env, j] = goal_quat.dtype(q[j])
 
 
-@wp.kernel
+@wp.struct
+class _HandCubeStart:
+    low: _Vec24  # the hand joints' ranges
+    high: _Vec24
+    joint_interval: float
+    position_noise: float
+
+
+@wp.func
 def _hand_cube_start(
-    seed: wp.int32,
-    low: _Vec24,
-    high: _Vec24,
-    joint_interval: float,
-    position_noise: float,
-    restart: wp.array(dtype=wp.bool),
-    episodes: wp.array(dtype=wp.int32),
-    qpos: wp.array2d(dtype=Any),
-    qvel: wp.array2d(dtype=Any),
+    state: wp.uint32, p: _HandCubeStart, env: wp.int32, qpos: wp.array2d(dtype=Any), qvel: wp.array2d(dtype=Any)
 ):
-    env = wp.tid()
-    if not restart[env]:
-        return
-    state = start_stream(seed, env, episodes)
     for j in range(HAND_JOINTS):
         u = wp.randf(state)
-        qpos[env, j] = qpos[env, j] + qpos.dtype(joint_interval * (low[j] + (high[j] - low[j]) * u))
+        qpos[env, j] = qpos[env, j] + qpos.dtype(p.joint_interval * (p.low[j] + (p.high[j] - p.low[j]) * u))
     for j in range(3):
-        shift = position_noise * (2.0 * wp.randf(state) - 1.0)
+        shift = p.position_noise * (2.0 * wp.randf(state) - 1.0)
         qpos[env, HAND_JOINTS + j] = qpos[env, HAND_JOINTS + j] + qpos.dtype(shift)
     q = uniform_quat(state)
     for j in range(4):
         qpos[env, HAND_JOINTS + 3 + j] = qpos.dtype(q[j])
+
+
+_HAND_CUBE_START = start_kernel(_hand_cube_start)
 
 
 # -- quaternions (w, x, y, z), batched over the leading dimensions ------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import mujoco
 import torch
@@ -52,9 +52,9 @@ class Task:
     # Warp's size ladder; an overflow stops the run with a TaskError naming the one to raise.
     nconmax: int
     njmax: int
-    # The info entry whose value at an episode's last step scores the episode beside its return
-    # (ShadowHandCube's "consecutive_successes"); evaluations and the training log report its mean.
-    episode_metric: str | None = None
+    # The info entries whose values at an episode's last step score the episode beside its return
+    # (tasks.base.BatchedEnv.episode_metrics); evaluations and the training log report their means.
+    episode_metrics: tuple[str, ...] = ()
     # How an env step runs the physics. "mj_step": nstep mj_step calls, as Gymnasium does, derived
     # fields describing the last substep's evaluation. "dm_control": dm_control's step (mj_step2,
     # nstep - 1 mj_step, then mj_step1: position- and velocity-dependent fields, sensors included,
@@ -137,25 +137,64 @@ class Task:
         """
         raise NotImplementedError
 
-    def add_reset_noise(self, seed: int, restart: wp.array, episodes: wp.array, qpos: wp.array, qvel: wp.array):
-        """Perturbs MuJoCo's reset state (qpos0, zero velocity) into a random start where restart is true.
-
-        restart: [N] bool; episodes: [N] int32, the random starts each env has had, counted up
-        here; qpos: [N, nq], qvel: [N, nv] float32 or float64 holding the reset state in those
-        rows, to which U(±scale) (qpos) and N(0, scale²) or U(±scale) (qvel, per qvel_noise) is
-        added. All on one Warp device; one launch, asynchronous, other rows untouched.
+    def add_reset_noise(self, seed: int, starts: Starts):
+        """Perturbs MuJoCo's reset state (qpos0, zero velocity) into a random start where
+        starts.restart is true: U(±scale) added to qpos, and N(0, scale²) or U(±scale) (per
+        qvel_noise) to qvel. One launch, asynchronous, other rows untouched.
         Env i's k-th random start is drawn from a stream keyed by (seed, i, k) alone, so a run
         repeats for a seed whichever envs finish when, and no draw is made for an env that
         does not restart. Tasks that draw more than noise at a start (a goal: Reacher, Pusher)
-        override this with a kernel of their own, keyed the same way by `start_stream`.
+        override this with a start kernel of their own (`start_kernel`, `launch_start`).
         """
-        wp.launch(
-            _add_reset_noise,
-            dim=restart.shape[0],
-            device=qpos.device,
-            inputs=[warp_seed(seed), float(self.reset_noise_scale), int(self.qvel_noise == "normal"), restart],
-            outputs=[episodes, qpos, qvel],
-        )
+        noise = _Noise()
+        noise.scale, noise.normal_qvel = float(self.reset_noise_scale), int(self.qvel_noise == "normal")
+        launch_start(_RESET_NOISE, seed, starts, noise)
+
+
+class Starts(NamedTuple):
+    """What a start kernel draws into, on one Warp device: restart [N] bool, the envs that start
+    anew; episodes [N] int32, the random starts each env has had (counted up by `start_stream`);
+    qpos [N, nq] and qvel [N, nv], float32 or float64, holding MuJoCo's reset state (qpos0, zero
+    velocity) in the rows that restart."""
+
+    restart: wp.array
+    episodes: wp.array
+    qpos: wp.array
+    qvel: wp.array
+
+
+def start_kernel(draw):
+    """The start kernel of `draw`, a wp.func(state: uint32, params, env: int32, qpos, qvel) that
+    turns env's rows of qpos [N, nq] and qvel [N, nv] (MuJoCo's reset state) into a random start,
+    drawing from `state`: the kernel runs it for each env that restarts, on the stream keyed by
+    (seed, env, that env's count of starts). One kernel (a Warp module) per draw."""
+
+    @wp.kernel(module="unique")
+    def start(
+        seed: wp.int32,
+        params: Any,
+        restart: wp.array(dtype=wp.bool),
+        episodes: wp.array(dtype=wp.int32),
+        qpos: wp.array2d(dtype=Any),
+        qvel: wp.array2d(dtype=Any),
+    ):
+        env = wp.tid()
+        if restart[env]:
+            draw(start_stream(seed, env, episodes), params, env, qpos, qvel)
+
+    return start
+
+
+def launch_start(kernel, seed: int, starts: Starts, params) -> None:
+    """Launch a start kernel (`start_kernel`) with its draw's `params` (a wp.struct) over every env,
+    on the arrays' device: asynchronous, the rows that do not restart untouched."""
+    wp.launch(
+        kernel,
+        dim=starts.restart.shape[0],
+        device=starts.qpos.device,
+        inputs=[warp_seed(seed), params, starts.restart],
+        outputs=[starts.episodes, starts.qpos, starts.qvel],
+    )
 
 
 @wp.func
@@ -169,28 +208,87 @@ def start_stream(seed: wp.int32, env: wp.int32, episodes: wp.array(dtype=wp.int3
     return wp.rand_init(wp.int32(wp.rand_init(seed, episode)), env)
 
 
-@wp.kernel
-def _add_reset_noise(
-    seed: wp.int32,
-    scale: float,
-    normal_qvel: wp.int32,
-    restart: wp.array(dtype=wp.bool),
-    episodes: wp.array(dtype=wp.int32),
-    qpos: wp.array2d(dtype=Any),
-    qvel: wp.array2d(dtype=Any),
+@wp.struct
+class _Noise:
+    scale: float
+    normal_qvel: wp.int32  # 1: N(0, scale²) for qvel, 0: U(±scale)
+
+
+@wp.func
+def _reset_noise(
+    state: wp.uint32, noise: _Noise, env: wp.int32, qpos: wp.array2d(dtype=Any), qvel: wp.array2d(dtype=Any)
 ):
-    env = wp.tid()
-    if not restart[env]:
-        return
-    state = start_stream(seed, env, episodes)
     for j in range(qpos.shape[1]):
-        qpos[env, j] = qpos[env, j] + qpos.dtype(scale * (2.0 * wp.randf(state) - 1.0))
+        qpos[env, j] = qpos[env, j] + qpos.dtype(noise.scale * (2.0 * wp.randf(state) - 1.0))
     for j in range(qvel.shape[1]):
-        if normal_qvel:
+        if noise.normal_qvel:
             draw = wp.randn(state)
         else:
             draw = 2.0 * wp.randf(state) - 1.0
-        qvel[env, j] = qvel[env, j] + qvel.dtype(scale * draw)
+        qvel[env, j] = qvel[env, j] + qvel.dtype(noise.scale * draw)
+
+
+_RESET_NOISE = start_kernel(_reset_noise)
+
+
+class EnvDraws:
+    """Uniform draws in [0, 1) per env, `width` numbers a draw, for the envs a mask picks: what a task
+    turns into a goal, a command or a start of its own. Env i's k-th draw comes from a stream keyed
+    by (seed ^ stream, i, k) alone, so it repeats whichever envs draw when and however many envs
+    there are, on either backend; `stream` keeps a task's kinds of draws, and the reset noise's
+    streams, apart. One Warp launch on the device of `values`, ordered after torch's work there.
+
+    values: [N, width] float32, each env's latest draw (0 before its first); counts: [N] int32, the
+    draws each env has had. Both are updated in place (the kernel holds their addresses) and are
+    what `state_dict` saves.
+    """
+
+    def __init__(self, num_envs: int, width: int, seed: int, stream: int, device: torch.device):
+        init_warp()
+        self.values = torch.zeros(num_envs, width, dtype=torch.float32, device=device)
+        self.counts = torch.zeros(num_envs, dtype=torch.int32, device=device)
+        self._mask = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        self._seed = warp_seed(seed ^ stream)
+        self._args = [wp.from_torch(t) for t in (self._mask, self.counts, self.values)]
+        self._device = wp.device_from_torch(device)
+
+    def draw(self, mask: torch.Tensor) -> torch.Tensor:
+        """A new draw for each env where mask [N] bool is true; returns `values`."""
+        self._mask.copy_(mask)
+        stream = None
+        if self._device.is_cuda:
+            stream = wp.stream_from_torch(torch.cuda.current_stream(self._mask.device))
+        wp.launch(
+            _uniform_rows,
+            dim=self._mask.shape[0],
+            inputs=[self._seed, self._args[0]],
+            outputs=self._args[1:],
+            device=self._device,
+            stream=stream,
+        )
+        return self.values
+
+    def state_dict(self) -> dict:
+        return {"values": self.values.to("cpu", copy=True), "counts": self.counts.to("cpu", copy=True)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.values.copy_(state["values"])
+        self.counts.copy_(state["counts"])
+
+
+@wp.kernel
+def _uniform_rows(
+    seed: wp.int32,
+    draw: wp.array(dtype=wp.bool),
+    counts: wp.array(dtype=wp.int32),
+    values: wp.array2d(dtype=wp.float32),
+):
+    env = wp.tid()
+    if not draw[env]:
+        return
+    state = start_stream(seed, env, counts)
+    for j in range(values.shape[1]):
+        values[env, j] = wp.randf(state)
 
 
 def warp_seed(seed: int) -> int:

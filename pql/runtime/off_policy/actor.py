@@ -66,7 +66,7 @@ class Actor(Role):
         self.random_warmup = fresh_start  # a resumed run warms its empty replay with its policy
         self.generator = torch.Generator(device=device).manual_seed(settings.envs.seed + 1)
         self.obs = self.env.reset()
-        self.episodes = EpisodeStats(self.env.num_envs, device, shared.counters.episodes, self.env.episode_metric)
+        self.episodes = EpisodeStats(self.env.num_envs, device, shared.counters.episodes, self.env.episode_metrics)
         self.local_steps = 0
         self.said_envs_unsaved = False
         self.finished = False  # asked to finish (by any replica's main process), and agreed

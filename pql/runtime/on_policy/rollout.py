@@ -38,7 +38,7 @@ class RolloutWorker:
         finished before (a resumed run continues its count)."""
         self.env, self.layout, self.normalizer, self.group = env, obs, normalizer, group
         self.obs = env.reset()
-        self.episodes = EpisodeStats(env.num_envs, env.device, episodes, env.episode_metric)
+        self.episodes = EpisodeStats(env.num_envs, env.device, episodes, env.episode_metrics)
 
     def close(self) -> None:
         """Close the envs (Gymnasium's subprocesses, if any)."""
