@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tasks.base import Mirror
+
 
 def build_env(task_cfg, num_envs: int, device, seed: int):
     """A batched env from tasks/ for this config (task_cfg: TaskConfig)."""
@@ -43,13 +45,14 @@ class ObsLayout:
     width: int
     policy_dim: int
     critic_columns: tuple[int, int]
+    mirror: Mirror | None = None  # how the columns, and the actions, mirror (the env's symmetry)
 
     @classmethod
     def of(cls, env, privileged: bool) -> ObsLayout:
         """The layout of `env`'s observations: its critic columns read only where `privileged`."""
         policy = env.obs_dim - env.critic_obs_dim
         critic = (policy, env.obs_dim) if privileged and env.critic_obs_dim else (0, policy)
-        return cls(env.obs_dim, policy, critic)
+        return cls(env.obs_dim, policy, critic, env.mirror)
 
     @classmethod
     def shared(cls, obs_dim: int) -> ObsLayout:

@@ -29,6 +29,7 @@ the same task, size and seed continues those episodes exactly after `load_state_
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 
 import torch
 
@@ -38,6 +39,20 @@ MAX_EPISODE_METRICS = 4
 
 class TaskError(ValueError):
     """A task, a size or an action that the envs cannot take; str() says what was wrong."""
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A task's mirror symmetry (a legged robot's left and right): the mirror image of a state,
+    under the mirror image of an action, is a state as likely, reaching the mirror image of the
+    next state with the same reward. The image of obs [..., obs_dim] is obs[..., obs_index] *
+    obs_sign, of an action [..., act_dim] action[..., action_index] * action_sign; applied twice,
+    each is the identity. A learner may train on both (algo.mirror)."""
+
+    obs_index: tuple[int, ...]
+    obs_sign: tuple[float, ...]
+    action_index: tuple[int, ...]
+    action_sign: tuple[float, ...]
 
 
 class BatchedEnv(abc.ABC):
@@ -58,6 +73,8 @@ class BatchedEnv(abc.ABC):
     # the episode's mean so far), at most MAX_EPISODE_METRICS: evaluations and the training log
     # report each one's mean over episodes as eval/<name> and train/<name>.
     episode_metrics: tuple[str, ...] = ()
+    # The task's mirror symmetry, or None (Mirror).
+    mirror: Mirror | None = None
     # Whether an env of the same task, size and seed repeats the same trajectory under the same
     # actions; `python -m pql.check_env` holds an env that says so to it.
     deterministic: bool = True

@@ -20,7 +20,8 @@ from pql.runtime import train
 from tasks.mujoco.env import MujocoEnv
 from tasks.mujoco.physics_mjwarp import MjwarpPhysics
 from tasks.mujoco.physics_mujoco import MujocoPhysics
-from tasks.mujoco.shadow_hand_cube import HAND_JOINTS, ShadowHandCube, quat_conj, quat_mul, rotation_angle
+from tasks.mujoco.rotations import quat_conj, quat_mul, rotation_angle
+from tasks.mujoco.shadow_hand_cube import HAND_JOINTS, ShadowHandCube
 from tasks.mujoco.task import ASSETS, load_asset
 
 CPU = torch.device("cpu")

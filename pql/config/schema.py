@@ -297,6 +297,13 @@ class OffPolicyConfig:
     noise_hold_mu: float = option(
         2.0, "a number > 1", lambda v: v > 1, doc="μ of the hold lengths' Zeta distribution, P(k) ∝ k^−μ"
     )
+    mirror: bool = option(
+        False,
+        "true or false (true needs a task with a mirror symmetry: Anymal)",
+        doc="each learner batch is joined by its mirror image (the task's left-right symmetry, "
+        "as rsl_rl and FastSAC augment legged robots): the critic and the policy train on "
+        "twice the batch, half of it mirrored",
+    )
     net: NetConfig = field(default_factory=NetConfig)
 
 

@@ -127,6 +127,7 @@ class LearnerSettings:
     seed: int
     capacity: int
     batch_size: int
+    mirror: bool  # each batch joined by its mirror image (algo.mirror)
     publish_every: int
     snapshot_dir: str | None  # where checkpoints write this learner's replay (None: they leave it out)
 
@@ -327,6 +328,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             seed=seed,
             capacity=capacity,
             batch_size=batch_size,
+            mirror=algo.mirror,
             publish_every=runtime.critic_publish_every,
             snapshot_dir=snapshot_dir,
             replay=replay,
@@ -341,6 +343,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             seed=seed,
             capacity=capacity,
             batch_size=batch_size,
+            mirror=algo.mirror,
             publish_every=runtime.policy_publish_every,
             snapshot_dir=snapshot_dir,
         ),

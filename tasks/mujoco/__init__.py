@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 
 from ..base import TaskError
+from .allegro_hand import AllegroHand
 from .ant import Ant
+from .anymal import Anymal
 from .env import MujocoEnv
+from .franka_cube_stack import FrankaCubeStack
 from .half_cheetah import HalfCheetah
 from .hopper import Hopper
 from .humanoid import Humanoid
@@ -35,10 +38,15 @@ TASKS = {
         InvertedDoublePendulum,
         HumanoidStandup,
         ShadowHandCube,
+        AllegroHand,
+        Anymal,
+        FrankaCubeStack,
     )
 }
-# The tasks that follow a Gymnasium MuJoCo v5 env of the same name (the parity tests' subjects).
-GYMNASIUM_TASKS = tuple(name for name in TASKS if name != ShadowHandCube.__name__)
+# The tasks that follow IsaacGymEnvs' task of the same name; the others follow a Gymnasium MuJoCo
+# v5 env of the same name (the parity tests' subjects).
+ISAACGYMENVS_TASKS = tuple(cls.__name__ for cls in (ShadowHandCube, AllegroHand, Anymal, FrankaCubeStack))
+GYMNASIUM_TASKS = tuple(name for name in TASKS if name not in ISAACGYMENVS_TASKS)
 BACKENDS = ("auto", "mujoco", "mjwarp")
 
 

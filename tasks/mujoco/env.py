@@ -46,13 +46,14 @@ class MujocoEnv(BatchedEnv):
         self.task.start(num_envs, seed)
         self.physics = physics_cls(model, num_envs, device, self.task, seed)
         self.episode_metrics = self.task.episode_metrics
+        self.mirror = self.task.mirror
         self.num_envs = num_envs
         self.device = device
         self._seed = seed
         self.obs_dim = self.task.obs_dim
-        self.act_dim = model.nu
         self.max_episode_steps = -(-self.task.max_episode_steps // action_repeat)
         low, high = self.task.action_range(model)
+        self.act_dim = int(low.shape[0])  # the task's actions, which `control` maps onto the model.nu controls
         self.action_low, self.action_high = low.to(device, torch.float32), high.to(device, torch.float32)
         self._check_actions = ActionCheck(num_envs, self.act_dim, device)
         self._elapsed = torch.zeros(num_envs, dtype=torch.int64, device=device)
@@ -67,7 +68,7 @@ class MujocoEnv(BatchedEnv):
         self._check_actions(actions)
         reward: torch.Tensor | None = None
         for _ in range(self.action_repeat):
-            self.physics.step(self.task.control(actions), self.task.frame_skip)
+            self.physics.step(self.task.control(actions, self.physics.state), self.task.frame_skip)
             state = self.physics.state
             position = self.task.position(state)
             velocity = None

@@ -25,7 +25,7 @@ import mujoco
 import torch
 import warp as wp
 
-from ..base import TaskError
+from ..base import Mirror, TaskError
 
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
 
@@ -62,6 +62,8 @@ class Task:
     stepping: str = "mj_step"
     # Whether an episode can end before its time limit; a task that cannot may repeat actions.
     can_terminate: bool = True
+    # The task's mirror symmetry (tasks.base.Mirror), or None.
+    mirror: Mirror | None = None
 
     def __init__(self, model: mujoco.MjModel, dtype: torch.dtype, device: torch.device):
         if self.qvel_noise not in ("uniform", "normal"):
@@ -106,8 +108,9 @@ class Task:
     def restart(self, mask: torch.Tensor, state: State) -> None:
         """The envs where mask [N] is true have started new episodes at the physics `state`."""
 
-    def control(self, action: torch.Tensor) -> torch.Tensor:
-        """The actuators' controls [N, nu] for action [N, act_dim] (as given): the action itself."""
+    def control(self, action: torch.Tensor, state: State) -> torch.Tensor:
+        """The actuators' controls [N, nu] for action [N, act_dim] (as given) at the physics `state`
+        the last step or reset reached (a controller's input): the action itself."""
         return action
 
     def state_dict(self) -> dict:

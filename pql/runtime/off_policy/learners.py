@@ -13,6 +13,7 @@ from pql.bulk import disk_size, fits_disk, nbytes, read_bulk, stem_of, write_bul
 from pql.envs import ObsLayout
 from pql.nets import ObsNormalizer, ReturnScale
 from pql.replay import ReplayBuffer, UniformSampler, make_sampler, replay_layout, sampler_layout_kind
+from pql.replay.mirror import MirrorAugment
 from pql.replay.nstep import transition_spec
 from pql.runtime.contracts import CRITIC, DELIVERED, NORMALIZER, POLICY, RETURN_SCALE, Role
 from pql.runtime.control import PQLShared, RatioController
@@ -78,6 +79,7 @@ class _Learner(Role):
         self.replay_size_told = False
         self.generator = torch.Generator(device=device).manual_seed(settings.seed + seed_offset)
         self.replay = ReplayBuffer(settings.capacity, spec, device, sampler, self.generator)
+        self.augment = None if obs.mirror is None or not settings.mirror else MirrorAugment(obs.mirror, device)
         self.normalizer = ObsNormalizer(obs.width).to(device)
         self.normalizer_reader = WeightsReader(shared.weights[NORMALIZER], self.normalizer)
         self.updates = 0
@@ -104,8 +106,12 @@ class _Learner(Role):
             self.shared.add(self.consumed_counter, landed)
 
     def _sample(self, batch_size: int):
+        """A batch of `batch_size` transitions, with algo.mirror `2 batch_size` (its mirror images
+        after it), normalized and split; the replay's indices [batch_size] and weights [as the batch]."""
         self.normalizer_reader.pull()
         batch, indices, weights = self.replay.sample(batch_size)
+        if self.augment is not None:
+            batch, weights = self.augment(batch), weights.repeat(2)
         for k in ("obs", "next_obs", "next_obs1"):
             if k in batch:
                 batch[k] = self.normalizer(batch[k])
@@ -232,6 +238,8 @@ class VLearner(_Learner):
                     batch[k] = self.return_scale(batch[k])
         td_abs, info = self.algorithm.update_critic(batch, weights)
         self.updates += 1
+        if self.augment is not None:  # a transition's priority: its and its image's mean |δ|
+            td_abs = td_abs.view(2, -1).mean(dim=0)
         self.replay.update_priorities(indices, td_abs)
         return info
 

@@ -9,7 +9,7 @@ import time
 from torch import nn
 
 from pql.checkpoint import CheckpointError
-from pql.config import ROLE_NAMES, SACConfig
+from pql.config import ROLE_NAMES, ConfigError, SACConfig
 from pql.envs import ObsLayout
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import NORMALIZER, Role, Runner
@@ -65,6 +65,9 @@ class OffPolicyRunner(Runner):
         return make_rules(algo, ObsLayout.shared(obs_dim), act_dim).make_policy()
 
     def __init__(self, settings: OffPolicySettings, device, obs: ObsLayout, act_dim: int, resume: dict | None):
+        if settings.algo.mirror and obs.mirror is None:
+            task = settings.actor.envs.task.name
+            raise ConfigError("algo.mirror", True, f"false: task {task} has no mirror symmetry to augment with")
         self.settings, self.device, self.obs, self.act_dim, self.resume = settings, device, obs, act_dim, resume
         self.world = settings.process.replicas.world  # env_steps counts every replica's
         self.scales_returns = settings.v_learner.return_support is not None
