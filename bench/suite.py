@@ -57,6 +57,10 @@ SUITES = {
         "Humanoid",
     ],
     "hard": ["dmc/humanoid-run", "dmc/dog-run"],
+    # The PQL paper's six tasks, as pql has them (Gymnasium's Ant and Humanoid for Isaac Gym's).
+    "paper": ["Ant", "Humanoid", "Anymal", "ShadowHandCube", "AllegroHand", "FrankaCubeStack"],
+    # The robots of IsaacGymEnvs' tasks (docs/tasks.md).
+    "robots": ["Anymal", "AllegroHand", "FrankaCubeStack"],
     "dmc": ["dmc/humanoid-run", "dmc/dog-run", "dmc/hopper-hop", "dmc/walker-run", "dmc/cheetah-run"],
     "gym": ["Ant", "Humanoid"],
 }
@@ -72,6 +76,9 @@ SAC = ("algo=sac", "algo.init_alpha=0.01")
 RESIDUAL_CPU = ("algo.net.critic_hidden=[128]", "algo.net.actor_hidden=[128]", "runtime.compile=true")
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "defaults": (),
+    # The baselines on the same runtime, at their defaults (the paper's comparison).
+    "sac": ("algo=sac",),
+    "ppo": ("algo=ppo",),
     # The categorical value on the fixed, return-scaled support, alone.
     "pql-categorical": NORMALIZED,
     "sac-categorical": (*SAC, *NORMALIZED),
@@ -112,6 +119,7 @@ class Result:
     wall_s: float
     command: str
     note: str = ""  # why the run failed
+    metrics: str = ""  # the final evaluation's episode metrics (Anymal's tracking errors, ...)
 
 
 def parse_candidate(spec: str) -> tuple[str, tuple[str, ...]]:
@@ -148,8 +156,13 @@ def run_dir_of(out: str, candidate: str, task: str, seed: int) -> str:
     return os.path.join(out, candidate, task.replace("/", "-").replace(":", "-"), f"seed{seed}")
 
 
-def summarize(run_dir: str) -> tuple[float, float, float, int, int | None]:
-    """(final, mean of the last five, best, evaluations, env steps) of a finished run's metrics.csv."""
+# An evaluation's own columns of metrics.csv; any other eval/ column is an episode metric of the task.
+EVAL_BOOKKEEPING = ("eval/return", "eval/length", "eval/policy_version", "eval/env_steps")
+
+
+def summarize(run_dir: str) -> tuple[float, float, float, int, int | None, str]:
+    """(final, mean of the last five, best, evaluations, env steps, the final evaluation's episode
+    metrics as "name value, ...") of a finished run's metrics.csv."""
     import numpy as np
 
     from pql.logging import EVAL_RETURN, METRICS_CSV, read_metrics
@@ -161,8 +174,14 @@ def summarize(run_dir: str) -> tuple[float, float, float, int, int | None]:
     steps = metrics.get("env_steps", np.array([]))
     env_steps = int(np.nanmax(steps)) if len(steps) and np.isfinite(steps).any() else None
     if not len(scores):
-        return math.nan, math.nan, math.nan, 0, env_steps
-    return float(scores[-1]), float(scores[-LAST_EVALS:].mean()), float(scores.max()), len(scores), env_steps
+        return math.nan, math.nan, math.nan, 0, env_steps, ""
+    episode_metrics = ", ".join(
+        f"{key.removeprefix('eval/')} {fmt(float(values[ok][-1]))}"
+        for key, values in metrics.items()
+        if key.startswith("eval/") and key not in EVAL_BOOKKEEPING
+    )
+    final, last5, best = float(scores[-1]), float(scores[-LAST_EVALS:].mean()), float(scores.max())
+    return final, last5, best, len(scores), env_steps, episode_metrics
 
 
 def launch(candidate: str, overrides: tuple[str, ...], task: str, seed: int, budget: list[str], out: str, gpu: bool):
@@ -194,9 +213,9 @@ def launch(candidate: str, overrides: tuple[str, ...], task: str, seed: int, bud
             lines = [line.strip() for line in err if line.strip()]
         note = f"train.py exited {proc.returncode}: {lines[-1] if lines else ''}"
         return Result(candidate, task, seed, math.nan, math.nan, math.nan, 0, None, wall, command, note)
-    final, last5, best, evaluations, env_steps = summarize(run_dir)
+    final, last5, best, evaluations, env_steps, episode_metrics = summarize(run_dir)
     remove_unreferenced(run_dir, set())
-    return Result(candidate, task, seed, final, last5, best, evaluations, env_steps, wall, command)
+    return Result(candidate, task, seed, final, last5, best, evaluations, env_steps, wall, command, "", episode_metrics)
 
 
 def machine_header(budget: list[str]) -> dict[str, str]:
@@ -219,7 +238,18 @@ def fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-COLUMNS = ("task", "seed", "final", "last 5", "best", "evaluations", "env steps", "wall s", "command")
+COLUMNS = (
+    "task",
+    "seed",
+    "final",
+    "last 5",
+    "best",
+    "episode metrics",
+    "evaluations",
+    "env steps",
+    "wall s",
+    "command",
+)
 
 
 def cells(r: Result) -> list[str]:
@@ -231,6 +261,7 @@ def cells(r: Result) -> list[str]:
         final,
         fmt(r.last5),
         fmt(r.best),
+        r.metrics or "—",
         str(r.evaluations),
         steps,
         f"{r.wall_s:.0f}",
@@ -251,9 +282,12 @@ def write_candidate(out: str, header: dict[str, str], name: str, overrides: tupl
     with open(os.path.join(out, f"{name}.csv"), "w", newline="") as f:
         f.writelines(f"# {k}: {v}\n" for k, v in {**header, "overrides": " ".join(overrides)}.items())
         writer = csv.writer(f)
-        writer.writerow(["task", "seed", "final", "last5", "best", "evaluations", "env_steps", "wall_s", "command"])
+        writer.writerow(
+            ["task", "seed", "final", "last5", "best", "metrics", "evaluations", "env_steps", "wall_s", "command"]
+        )
         writer.writerows(
-            [r.task, r.seed, r.final, r.last5, r.best, r.evaluations, r.env_steps or "", f"{r.wall_s:.1f}", r.command]
+            [r.task, r.seed, r.final, r.last5, r.best, r.metrics]
+            + [r.evaluations, r.env_steps or "", f"{r.wall_s:.1f}", r.command]
             for r in rows
         )
 
@@ -271,6 +305,20 @@ def summary(header: dict[str, str], candidates: list[str], tasks: list[str], res
             row.append(cell + (f" ({len(finite)} seeds)" if len(finite) > 1 else ""))
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+CURVES = "curves.png"
+
+
+def plot_curves(out: str, finished: list[Result]) -> None:
+    """OUT/curves.png: every finished run's evaluation returns against wall time, one panel per
+    task, each candidate a curve (the seeds' mean where there are several): the candidates at
+    equal wall time. Rewritten after each task."""
+    from pql.plot import main as plot
+
+    if finished:
+        dirs = [run_dir_of(out, r.candidate, r.task, r.seed) for r in finished]
+        plot([*dirs, "--x", "wall_time", "--mean-seeds", "--out", os.path.join(out, CURVES)])
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -344,7 +392,8 @@ def main(argv: list[str]) -> int:
                 report = summary(header, list(args.parsed), tasks, results)
                 with open(os.path.join(out, "summary.md"), "w") as f:
                     f.write(report)
-    print("\n" + report + f"\nwritten: {out}/summary.md and one .md and .csv per candidate", flush=True)
+        plot_curves(out, [r for r in results if not r.note])
+    print("\n" + report + f"\nwritten: {out}/summary.md, one .md and .csv per candidate, and {CURVES}", flush=True)
     return 0 if all(not r.note for r in results) else 1
 
 

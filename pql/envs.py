@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -45,7 +45,9 @@ class ObsLayout:
     width: int
     policy_dim: int
     critic_columns: tuple[int, int]
-    mirror: Mirror | None = None  # how the columns, and the actions, mirror (the env's symmetry)
+    # How the columns, and the actions, mirror (the env's symmetry): not part of the layout's
+    # identity, which the actor checks its envs against.
+    mirror: Mirror | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, env, privileged: bool) -> ObsLayout:

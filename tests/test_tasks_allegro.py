@@ -2,13 +2,12 @@
 reward term and observation type on hand-built states, the two backends against each other, a saved
 env's continuation, the env contract, and a cube dropped onto the palm."""
 
-import math
-
 import mujoco
 import numpy as np
 import pytest
 import torch
 from conftest import refused_on_mjwarp
+from task_checks import BACKENDS, about_z, cube_state, follow
 
 from tasks import TaskError
 from tasks.contract import check_contract
@@ -160,53 +159,6 @@ def task_with(goal_quat, cls=AllegroHand):
     return task
 
 
-def cube_state(positions, quats, joints=None):
-    """A physics state with the hand's joints at `joints` (0), at rest, and the cube at the poses."""
-    n = len(positions)
-    qpos = torch.zeros(n, CUBE + 7, dtype=torch.float64)
-    if joints is not None:
-        qpos[:, :CUBE] = joints
-    qpos[:, CUBE : CUBE + 3] = torch.as_tensor(positions, dtype=torch.float64)
-    qpos[:, CUBE + 3 :] = torch.as_tensor(quats, dtype=torch.float64)
-    return {"qpos": qpos, "qvel": torch.zeros(n, CUBE + 6, dtype=torch.float64)}
-
-
-def about_z(angle):
-    return [math.cos(angle / 2), 0.0, 0.0, math.sin(angle / 2)]
-
-
-def test_each_reward_term_on_hand_built_states():
-    """IsaacGymEnvs' terms: -10 x distance to the goal position, 1 / (|rotation to the goal| + 0.1),
-    -2e-4 x |action|^2, +250 within 0.1 rad of the goal (a new goal at once), the fall penalty (0)
-    and the episode's end at 0.24 m from the goal position."""
-    task = task_with([about_z(0.0)] * 4)
-    target = task.target_pos.tolist()
-    assert target == pytest.approx([-0.02, -0.01, 0.0436])  # the cube's start, 4 cm lower
-    positions = [
-        target,  # at the goal: a success
-        [target[0] + 0.03, target[1], target[2]],  # 3 cm off, turned 0.5 rad
-        [target[0], target[1], target[2] - 0.25],  # fallen
-        [target[0], target[1] + 0.04, target[2]],  # 4 cm off, turned 0.09 rad: a success
-    ]
-    quats = [about_z(0.0), about_z(0.5), about_z(2.0), about_z(0.09)]
-    action = torch.tensor([[0.0] * 16, [1.0] * 16, [0.5] * 16, [-1.0] * 16])
-    before = task.goal_quat.clone()
-    reward, terminated, info = task.reward_and_termination(cube_state(positions, quats), None, action)
-    expected_rot = torch.tensor([0.0, 0.5, 2.0, 0.09], dtype=torch.float64)
-    distance = torch.tensor([0.0, 0.03, 0.25, 0.04], dtype=torch.float64)
-    torch.testing.assert_close(info["rot_dist"], expected_rot)
-    torch.testing.assert_close(info["reward_dist"], -10.0 * distance)
-    torch.testing.assert_close(info["reward_rot"], 1.0 / (expected_rot + 0.1))
-    torch.testing.assert_close(info["reward_action"], -2e-4 * torch.tensor([0.0, 16.0, 4.0, 16.0], dtype=torch.float64))
-    assert info["reward_success"].tolist() == [250.0, 0.0, 0.0, 250.0]
-    assert info["reward_fall"].tolist() == [0.0] * 4
-    torch.testing.assert_close(reward, sum(info[k] for k in info if k.startswith("reward_")))
-    assert terminated.tolist() == [False, False, True, False]
-    assert info["consecutive_successes"].tolist() == [1.0, 0.0, 0.0, 1.0]
-    changed = (task.goal_quat != before).any(dim=1)
-    assert changed.tolist() == [True, False, False, True] and task.goals_drawn.tolist() == [1, 0, 0, 1]
-
-
 def test_absolute_and_relative_control():
     """Absolute (IsaacGymEnvs' default): each target is the action scaled onto the joint's range;
     relative: the last target moved by dofSpeedScale x 1/60 s x the action; both clamped."""
@@ -235,7 +187,7 @@ def test_each_observation_type_has_isaac_gyms_layout():
     tasks = {cls.obs_type: task_with([goal], cls) for cls in (AllegroHand, Full, FullState)}
     low, high = tasks["full"].joint_low, tasks["full"].joint_high
     joints = low + 0.25 * (high - low)
-    state = cube_state([[0.01, 0.02, 0.05]], [about_z(0.2)], joints)
+    state = cube_state(CUBE, [[0.01, 0.02, 0.05]], [about_z(0.2)], joints)
     state["qvel"][0, :CUBE] = torch.linspace(-1, 1, 16, dtype=torch.float64)
     state["qvel"][0, CUBE : CUBE + 6] = torch.tensor([0.1, 0.2, 0.3, 0.0, 0.0, 2.0], dtype=torch.float64)
     action = torch.linspace(-1, 1, 16, dtype=torch.float64)[None]
@@ -266,12 +218,6 @@ def test_each_observation_type_has_isaac_gyms_layout():
 # -- the env -------------------------------------------------------------------------------------------
 
 
-def relative_gap(out: dict, item: int) -> float:
-    """The largest |mjwarp - mujoco| / (1 + |mujoco|) of one of env.step's outputs (0: obs, 1: reward)."""
-    a, b = out["mjwarp"][item].float(), out["mujoco"][item].float()
-    return ((a - b).abs() / (1 + b.abs())).max().item()
-
-
 def test_both_backends_follow_the_same_trajectory():
     """The same seed gives both backends the same starts and goals, and the same actions the same
     trajectory: to 1e-4 while the cube drops onto the palm and lands (its first 5 steps). Then
@@ -281,22 +227,13 @@ def test_both_backends_follow_the_same_trajectory():
     is the most sensitive)."""
     if refused_on_mjwarp(AllegroHand.load_model(), lambda: allegro_env(3, "mjwarp", seed=5)):
         return
-    envs = {b: allegro_env(3, b, seed=5) for b in ("mujoco", "mjwarp")}
+    envs = {b: allegro_env(3, b, seed=5) for b in BACKENDS}
     obs = {b: env.reset() for b, env in envs.items()}
     torch.testing.assert_close(obs["mjwarp"], obs["mujoco"], rtol=0, atol=1e-5)
     torch.testing.assert_close(envs["mjwarp"].task.goal_quat.double(), envs["mujoco"].task.goal_quat, rtol=0, atol=1e-6)
     gen = torch.Generator().manual_seed(0)
-    everyone = torch.ones(3, dtype=torch.bool)
-    for step in range(30):
-        if step >= 5:
-            c = envs["mujoco"].physics.state
-            envs["mjwarp"].physics.reset(everyone, (c["qpos"].float(), c["qvel"].float()))
-        action = 0.3 * (torch.rand(3, 16, generator=gen) * 2 - 1)
-        out = {b: env.step(action) for b, env in envs.items()}
-        obs_gap, reward_gap = relative_gap(out, 0), relative_gap(out, 1)
-        obs_tolerance, reward_tolerance = (1e-4, 1e-4) if step < 5 else (5e-2, 2e-2)
-        assert obs_gap < obs_tolerance and reward_gap < reward_tolerance, (step, obs_gap, reward_gap)
-        assert torch.equal(out["mjwarp"][2], out["mujoco"][2]) and not out["mujoco"][2].any()
+    actions = [0.3 * (torch.rand(3, 16, generator=gen) * 2 - 1) for _ in range(30)]
+    follow(envs, actions, free_steps=5, early=(1e-4, 1e-4), late=(5e-2, 2e-2))
 
 
 def test_an_env_continues_exactly_from_its_saved_state():

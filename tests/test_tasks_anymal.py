@@ -8,6 +8,7 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from task_checks import BACKENDS, follow
 
 import tasks
 from pql.evaluate import evaluate
@@ -184,48 +185,17 @@ def test_commands_and_starts_have_isaac_gyms_ranges_and_repeat_per_env_whichever
 # -- both backends, a resume, the contract ----------------------------------------------------------
 
 
-def relative_gap(a, b) -> float:
-    return ((a.double() - b.double()).abs() / (1 + b.abs())).max().item()
-
-
 def test_both_backends_start_alike_and_follow_the_same_trajectory():
     """The same seed gives both backends the same starts and commands; the same actions give the same
     steps, to float32 rounding while the robot drops onto its feet (its first 20 steps) and, each
     mjwarp world put back onto MuJoCo C's state before each step, to 1e-2 of 1 + |value| through the
     feet's contacts (the solvers stop at different points), the reward to 1e-3."""
-    envs = {b: anymal_env(3, b, seed=3) for b in PHYSICS}
+    envs = {b: anymal_env(3, b, seed=3) for b in BACKENDS}
     obs = {b: env.reset() for b, env in envs.items()}
     torch.testing.assert_close(obs["mjwarp"], obs["mujoco"], rtol=0, atol=1e-5)
     gen = torch.Generator().manual_seed(0)
-    everyone = torch.ones(3, dtype=torch.bool)
-    for step in range(40):
-        if step >= 20:
-            c = envs["mujoco"].physics.state
-            envs["mjwarp"].physics.reset(everyone, (c["qpos"].float(), c["qvel"].float()))
-        action = torch.rand(3, 12, generator=gen) * 2 - 1
-        out = {b: env.step(action) for b, env in envs.items()}
-        gaps = [
-            ((out["mjwarp"][i].double() - out["mujoco"][i].double()).abs() / (1 + out["mujoco"][i].abs())).max().item()
-            for i in (0, 1)
-        ]
-        assert gaps[0] < (1e-3 if step < 20 else 1e-2) and gaps[1] < 1e-3, (step, gaps)
-        assert torch.equal(out["mjwarp"][2], out["mujoco"][2])
-
-
-def test_an_env_continues_exactly_from_its_saved_state():
-    env = anymal_env(3)
-    gen = torch.Generator().manual_seed(1)
-    actions = [torch.rand(3, 12, generator=gen) * 2 - 1 for _ in range(30)]
-    for a in actions[:20]:
-        env.step(a)
-    saved = env.state_dict()
-    later = [env.step(a) for a in actions[20:]]
-    resumed = anymal_env(3)
-    resumed.load_state_dict(saved)
-    for a, (obs, reward, *_, info) in zip(actions[20:], later):
-        again = resumed.step(a)
-        assert torch.equal(again[0], obs) and torch.equal(again[1], reward)
-        assert torch.equal(again[4]["lin_vel_error"], info["lin_vel_error"])
+    actions = [torch.rand(3, 12, generator=gen) * 2 - 1 for _ in range(40)]
+    follow(envs, actions, free_steps=20, early=(1e-3, 1e-3), late=(1e-2, 1e-3))
 
 
 class ShortAnymal(Anymal):
@@ -235,6 +205,8 @@ class ShortAnymal(Anymal):
 
 
 def test_the_env_keeps_the_contract():
+    """The contract's checks, its state round trip included: a saved env, loaded, goes on to the bit
+    through episode ends (30-step episodes), its commands and metrics' sums with it."""
     report = run_checks(anymal_env(4, task_cls=ShortAnymal), make_again=lambda: anymal_env(4, task_cls=ShortAnymal))
     assert report.findings == () and "state_round_trip" in report.passed
 

@@ -12,12 +12,14 @@ import torch
 import warp as wp
 from conftest import refused_on_mjwarp
 from scipy import stats
+from task_checks import elliptic, relative_gap, step_both
 
 from tasks.contract import check_contract
 from tasks.mujoco.env import MujocoEnv
 from tasks.mujoco.franka_cube_stack import ARM_JOINTS, FrankaCubeStack
 from tasks.mujoco.physics_mjwarp import MjwarpPhysics
 from tasks.mujoco.physics_mujoco import MujocoPhysics
+from tasks.mujoco.rotations import quat_mul
 from tasks.mujoco.task import Starts, init_warp, load_asset
 
 CPU = torch.device("cpu")
@@ -182,20 +184,6 @@ def test_the_controller_is_isaac_gyms_on_mujocos_jacobian_and_mass_matrix():
 # -- the grasp ---------------------------------------------------------------------------------------------
 
 
-def quat_mul(a, b):
-    aw, ax, ay, az = a.unbind(-1)
-    bw, bx, by, bz = b.unbind(-1)
-    return torch.stack(
-        [
-            aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-        ],
-        dim=-1,
-    )
-
-
 def reach(obs, target, close):
     """A scripted action [N, 7]: the grip site towards target [N, 3] (at most 0.1 m a step), the hand
     pointing down with its fingers across cube A's faces, the gripper closed or open."""
@@ -353,18 +341,6 @@ def test_starts_are_keyed_by_seed_and_env():
 # -- both backends, saved states, the contract ---------------------------------------------------------------
 
 
-def elliptic(model):
-    """Both engines with elliptic friction cones: MuJoCo Warp's contact tangent frames are not
-    MuJoCo C's, which turns pyramidal cones (tests/test_tasks_parity.py)."""
-    model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
-    return model
-
-
-def relative_gap(out: dict, item: int) -> float:
-    a, b = out["mjwarp"][item].double(), out["mujoco"][item].double()
-    return ((a - b).abs() / (1 + b.abs())).max().item()
-
-
 def test_both_backends_follow_the_same_trajectory():
     """The same seed gives both backends the same starts, and the same controls there. From a set
     start, the same scripted actions (those MuJoCo C's observations ask for) bring the gripper down
@@ -383,14 +359,10 @@ def test_both_backends_follow_the_same_trajectory():
     qpos = grasp_start(envs["mujoco"])
     obs = {b: env.reset_to(qpos, torch.zeros(2, 21)) for b, env in envs.items()}
     start, step = obs["mujoco"][:, 4:7].double(), 0
-    everyone = torch.ones(2, dtype=torch.bool)
     for steps, offset, close in GRASP[:4]:
         for _ in range(steps):
-            if close:
-                c = envs["mujoco"].physics.state
-                envs["mjwarp"].physics.reset(everyone, (c["qpos"].float(), c["qvel"].float()))
             action = reach(obs["mujoco"].double(), start + offset, close).float()
-            out = {b: env.step(action) for b, env in envs.items()}
+            out = step_both(envs, action, put_back_first=close)
             obs = {b: o[0] for b, o in out.items()}
             tolerance = 1e-4 if close else 3e-4
             assert relative_gap(out, 0) < tolerance and relative_gap(out, 1) < tolerance, step

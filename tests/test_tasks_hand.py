@@ -3,7 +3,6 @@ each reward term on hand-built states, and the goals' distribution over orientat
 
 import hashlib
 import importlib.util
-import math
 import os
 
 import mujoco
@@ -12,11 +11,13 @@ import pytest
 import torch
 from conftest import refused_on_mjwarp
 from scipy import stats
+from task_checks import BACKENDS, about_z, cube_state, elliptic, follow
 
 import tasks
 from pql.checkpoint import load_checkpoint
 from pql.logging import METRICS_CSV, read_metrics
 from pql.runtime import train
+from tasks.mujoco.allegro_hand import AllegroHand
 from tasks.mujoco.env import MujocoEnv
 from tasks.mujoco.physics_mjwarp import MjwarpPhysics
 from tasks.mujoco.physics_mujoco import MujocoPhysics
@@ -95,19 +96,6 @@ def test_the_task_is_registered_with_isaac_gyms_sizes():
     assert env.episode_metrics == ("consecutive_successes",)
 
 
-def elliptic(model):
-    """Both engines with elliptic friction cones: MuJoCo Warp's contact tangent frames are not
-    MuJoCo C's, which turns pyramidal cones (tests/test_tasks_parity.py)."""
-    model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
-    return model
-
-
-def relative_gap(out: dict, item: int) -> float:
-    """The largest |mjwarp - mujoco| / (1 + |mujoco|) of one of env.step's outputs (0: obs, 1: reward)."""
-    a, b = out["mjwarp"][item].float(), out["mujoco"][item].float()
-    return ((a - b).abs() / (1 + b.abs())).max().item()
-
-
 def test_both_backends_follow_the_same_trajectory():
     """The same seed gives both backends the same starts and goals, and the same actions the same
     trajectory: to 1e-4 while the cube drops onto the palm (its first 10 steps, no contact with the
@@ -119,21 +107,12 @@ def test_both_backends_follow_the_same_trajectory():
     model = elliptic(load_asset(ShadowHandCube.xml))
     if refused_on_mjwarp(model, lambda: hand_env(3, "mjwarp", model=model, seed=5)):
         return
-    envs = {b: hand_env(3, b, model=model, seed=5) for b in ("mujoco", "mjwarp")}
+    envs = {b: hand_env(3, b, model=model, seed=5) for b in BACKENDS}
     obs = {b: env.reset() for b, env in envs.items()}
     torch.testing.assert_close(obs["mjwarp"], obs["mujoco"], rtol=0, atol=1e-5)
     gen = torch.Generator().manual_seed(0)
-    everyone = torch.ones(3, dtype=torch.bool)
-    for step in range(40):
-        if step >= 10:
-            c = envs["mujoco"].physics.state
-            envs["mjwarp"].physics.reset(everyone, (c["qpos"].float(), c["qvel"].float()))
-        action = 0.3 * (torch.rand(3, 20, generator=gen) * 2 - 1)
-        out = {b: env.step(action) for b, env in envs.items()}
-        obs_gap, reward_gap = relative_gap(out, 0), relative_gap(out, 1)
-        obs_tolerance, reward_tolerance = (1e-4, 1e-4) if step < 10 else (5e-2, 2e-3)
-        assert obs_gap < obs_tolerance and reward_gap < reward_tolerance, (step, obs_gap, reward_gap)
-        assert torch.equal(out["mjwarp"][2], out["mujoco"][2]) and not out["mujoco"][2].any()
+    actions = [0.3 * (torch.rand(3, 20, generator=gen) * 2 - 1) for _ in range(40)]
+    follow(envs, actions, free_steps=10, early=(1e-4, 1e-4), late=(5e-2, 2e-3))
 
 
 def test_an_env_continues_exactly_from_its_saved_state():
@@ -153,31 +132,23 @@ def test_an_env_continues_exactly_from_its_saved_state():
 # -- the reward, term by term --------------------------------------------------------------------------
 
 
-def task_with(goal_quat, seed=0):
-    task = ShadowHandCube(load_asset(ShadowHandCube.xml), torch.float64, CPU)
+def task_with(goal_quat, seed=0, task_cls=ShadowHandCube):
+    task = task_cls(task_cls.load_model(), torch.float64, CPU)
     task.start(len(goal_quat), seed)
     task.goal_quat.copy_(torch.as_tensor(goal_quat, dtype=torch.float64))
     return task
 
 
-def cube_state(task, positions, quats):
-    """A physics state with the hand at rest at its joints' zero and the cube at the given poses."""
-    n = len(positions)
-    qpos = torch.zeros(n, HAND_JOINTS + 7, dtype=torch.float64)
-    qpos[:, HAND_JOINTS : HAND_JOINTS + 3] = torch.as_tensor(positions, dtype=torch.float64)
-    qpos[:, HAND_JOINTS + 3 :] = torch.as_tensor(quats, dtype=torch.float64)
-    return {"qpos": qpos, "qvel": torch.zeros(n, HAND_JOINTS + 6, dtype=torch.float64)}
-
-
-def about_z(angle):
-    return [math.cos(angle / 2), 0.0, 0.0, math.sin(angle / 2)]
-
-
-def test_each_reward_term_on_hand_built_states():
-    """Isaac Gym's terms: -10 x distance to the goal position, 1 / (|rotation to the goal| + 0.1),
-    -2e-4 x |action|^2, +250 within 0.1 rad of the goal, the fall penalty (0) beyond 0.24 m."""
-    task = task_with([about_z(0.0)] * 4)
+@pytest.mark.parametrize("task_cls", [ShadowHandCube, AllegroHand])
+def test_each_reward_term_on_hand_built_states(task_cls):
+    """IsaacGymEnvs' terms, the same for both hands (tasks/mujoco/in_hand.py): -10 x distance to the
+    goal position, 1 / (|rotation to the goal| + 0.1), -2e-4 x |action|^2, +250 within 0.1 rad of
+    the goal (a new goal at once), the fall penalty (0) and the episode's end 0.24 m from the goal
+    position (the cube's start, 4 cm lower)."""
+    task = task_with([about_z(0.0)] * 4, task_cls=task_cls)
     target = task.target_pos.tolist()
+    cube_start = task.qpos0[task.hand_joints : task.hand_joints + 3]
+    torch.testing.assert_close(task.target_pos, cube_start - torch.tensor([0.0, 0.0, 0.04], dtype=torch.float64))
     positions = [
         target,  # at the goal: a success
         [target[0] + 0.03, target[1], target[2]],  # 3 cm off, turned 0.5 rad
@@ -185,15 +156,18 @@ def test_each_reward_term_on_hand_built_states():
         [target[0], target[1] + 0.04, target[2]],  # 4 cm off, turned 0.09 rad: a success
     ]
     quats = [about_z(0.0), about_z(0.5), about_z(2.0), about_z(0.09)]
-    action = torch.tensor([[0.0] * 20, [1.0] * 20, [0.5] * 20, [-1.0] * 20])
+    nu = task.ctrl_low.shape[0]
+    action = torch.tensor([[0.0] * nu, [1.0] * nu, [0.5] * nu, [-1.0] * nu])
     before = task.goal_quat.clone()
-    reward, terminated, info = task.reward_and_termination(cube_state(task, positions, quats), None, action)
+    state = cube_state(task.hand_joints, positions, quats)
+    reward, terminated, info = task.reward_and_termination(state, None, action)
     expected_rot = torch.tensor([0.0, 0.5, 2.0, 0.09], dtype=torch.float64)
     distance = torch.tensor([0.0, 0.03, 0.25, 0.04], dtype=torch.float64)
     torch.testing.assert_close(info["rot_dist"], expected_rot)
     torch.testing.assert_close(info["reward_dist"], -10.0 * distance)
     torch.testing.assert_close(info["reward_rot"], 1.0 / (expected_rot + 0.1))
-    torch.testing.assert_close(info["reward_action"], -2e-4 * torch.tensor([0.0, 20.0, 5.0, 20.0], dtype=torch.float64))
+    squares = torch.tensor([0.0, nu, nu / 4, nu], dtype=torch.float64)
+    torch.testing.assert_close(info["reward_action"], -2e-4 * squares)
     assert info["reward_success"].tolist() == [250.0, 0.0, 0.0, 250.0]
     assert info["reward_fall"].tolist() == [0.0] * 4  # Isaac Gym's fallPenalty is 0
     torch.testing.assert_close(reward, sum(info[k] for k in info if k.startswith("reward_")))

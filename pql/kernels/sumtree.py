@@ -280,7 +280,32 @@ def check_batch_size(batch_size) -> None:
         raise ValueError(f"batch_size={batch_size!r} is not allowed; expected an integer >= 0")
 
 
-class SumTree:
+class SlotPriorities:
+    """What both indexes of a replay's priorities share (SumTree; pql/replay/flat_priorities.py's
+    FlatPriorities): `capacity` slots on `device`, their priorities `leaves` [capacity] float32,
+    and the checks of the slots a call names (`validate`: one host sync per call)."""
+
+    def __init__(self, capacity: int, validate: bool):
+        if not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
+            raise ValueError(f"capacity={capacity!r} is not allowed; expected an integer in [1, 2**30]")
+        self.capacity = capacity
+        self.validate = validate
+
+    @property
+    def leaves(self) -> torch.Tensor:
+        """The priorities of all slots: a [capacity] float32 view of the index's storage."""
+        raise NotImplementedError
+
+    def check_indices(self, indices: torch.Tensor, priorities: torch.Tensor | None = None) -> None:
+        check_slots(indices, priorities, self.capacity, self.leaves.device, self.validate)
+
+    def get(self, indices: torch.Tensor) -> torch.Tensor:
+        """Priorities of slots `indices` [B] int64: [B] float32."""
+        self.check_indices(indices)
+        return self.leaves.index_select(0, indices)
+
+
+class SumTree(SlotPriorities):
     """Sum- and min-tree over `capacity` slots on `device`.
 
     update(indices, priorities)  O(B log P), duplicates: the last write in the batch wins
@@ -297,11 +322,8 @@ class SumTree:
     """
 
     def __init__(self, capacity: int, device: torch.device | str = "cpu", validate: bool = True, impl: str = "auto"):
-        if not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
-            raise ValueError(f"capacity={capacity!r} is not allowed; expected an integer in [1, 2**30]")
-        self.capacity = capacity
+        super().__init__(capacity, validate)
         self.num_leaves = triton.next_power_of_2(capacity)
-        self.validate = validate
         self.sum_tree = torch.zeros(2 * self.num_leaves, dtype=torch.float32, device=device)
         self.min_tree = torch.full_like(self.sum_tree, math.inf)
         self.device = self.sum_tree.device
@@ -315,9 +337,6 @@ class SumTree:
     def leaves(self) -> torch.Tensor:
         """The priorities of all slots: a [capacity] float32 view (written only to be rebuilt)."""
         return self.sum_tree[self.num_leaves : self.num_leaves + self.capacity]
-
-    def check_indices(self, indices: torch.Tensor, priorities: torch.Tensor | None = None) -> None:
-        check_slots(indices, priorities, self.capacity, self.device, self.validate)
 
     def update(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """Set the priorities of slots `indices`.
@@ -347,11 +366,6 @@ class SumTree:
         """Least positive priority (+inf when none): 0-dim float32 on device. size: ignored (the
         root covers every slot at no cost; FlatPriorities.min's counterpart)."""
         return self.min_tree[1]
-
-    def get(self, indices: torch.Tensor) -> torch.Tensor:
-        """Priorities of slots `indices` [B] int64: [B] float32."""
-        self.check_indices(indices)
-        return self.leaves.index_select(0, indices)
 
     def sample(
         self, batch_size: int, generator: torch.Generator | None = None, size: int | None = None

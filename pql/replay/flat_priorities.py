@@ -17,10 +17,10 @@ import math
 
 import torch
 
-from pql.kernels.sumtree import MAX_CAPACITY, check_all_priorities, check_batch_size, check_slots, checked_priorities
+from pql.kernels.sumtree import SlotPriorities, check_all_priorities, check_batch_size, checked_priorities
 
 
-class FlatPriorities:
+class FlatPriorities(SlotPriorities):
     """Priorities of `capacity` slots on `device`, drawn from by prefix sum.
 
     update(indices, priorities)  O(B), duplicates: the last write in the batch wins
@@ -35,17 +35,11 @@ class FlatPriorities:
     """
 
     def __init__(self, capacity: int, device: torch.device | str = "cpu", validate: bool = True):
-        if not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
-            raise ValueError(f"capacity={capacity!r} is not allowed; expected an integer in [1, 2**30]")
-        self.capacity = capacity
-        self.validate = validate
+        super().__init__(capacity, validate)
         # One slot past the end takes the writes that lose to a later one in the same batch.
         self._slots = torch.zeros(capacity + 1, dtype=torch.float32, device=device)
-        self.leaves = self._slots[:capacity]
-        self.device = self.leaves.device
-
-    def check_indices(self, indices: torch.Tensor, priorities: torch.Tensor | None = None) -> None:
-        check_slots(indices, priorities, self.capacity, self.device, self.validate)
+        self._leaves = self._slots[:capacity]
+        self.device = self._leaves.device
 
     def update(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """Set the priorities of slots `indices`: as SumTree.update."""
@@ -60,6 +54,10 @@ class FlatPriorities:
             superseded[:-1] = slots[:-1] == slots[1:]
             self._slots.index_copy_(0, slots.masked_fill(superseded, self.capacity), priorities.index_select(0, order))
 
+    @property
+    def leaves(self) -> torch.Tensor:
+        return self._leaves
+
     def writes_cheaper_than_reset(self, count: int) -> bool:
         """Whether updating `count` slots costs less than a reset: always, each write is one store."""
         return count < self.capacity
@@ -71,10 +69,6 @@ class FlatPriorities:
         """Least positive priority among the first `size` slots (None: all; +inf when none)."""
         leaves = self.leaves[:size]
         return torch.where(leaves > 0, leaves, math.inf).min()
-
-    def get(self, indices: torch.Tensor) -> torch.Tensor:
-        self.check_indices(indices)
-        return self.leaves.index_select(0, indices)
 
     def sample(
         self, batch_size: int, generator: torch.Generator | None = None, size: int | None = None
