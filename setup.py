@@ -4,6 +4,11 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
+# pql[export]: pql.export's policy.onnx (torch's exporter needs onnxscript; onnxruntime runs the
+# file in tests and in docs/deploy.md's program) and the MP4s of pql.play and runtime.video_every
+# (imageio, with the ffmpeg binary imageio-ffmpeg ships). Floors: the oldest checked
+# (docker/README.md, "Versions").
+EXPORT = ["onnx>=1.17", "onnxscript>=0.5", "onnxruntime>=1.20", "imageio>=2.30", "imageio-ffmpeg>=0.5"]
 # pql/__init__.py defines the version once; read, not imported (importing pql needs its requirements).
 VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "pql" / "__init__.py").read_text(), re.M).group(1)
 
@@ -14,7 +19,14 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="MIT",
-    license_files=["LICENSE", "tasks/mujoco/assets/LICENSE", "tasks/mujoco/assets/hand/LICENSE.md"],
+    license_files=[
+        "LICENSE",
+        "tasks/mujoco/assets/LICENSE",
+        "tasks/mujoco/assets/hand/LICENSE.md",
+        "tasks/mujoco/assets/anymal_c/LICENSE",
+        "tasks/mujoco/assets/allegro/LICENSE",
+        "tasks/mujoco/assets/franka/LICENSE",
+    ],
     classifiers=[
         "Programming Language :: Python :: 3",
         "Operating System :: POSIX :: Linux",
@@ -28,6 +40,9 @@ setup(
             "mujoco/assets/LICENSE*",
             "mujoco/assets/hand/*",
             "mujoco/assets/stls/hand/*.stl",
+            "mujoco/assets/anymal_c/*",
+            "mujoco/assets/allegro/*",
+            "mujoco/assets/franka/*",
         ]
     },
     # The floors: the oldest releases the code needs (from numpy on: the oldest checked); the fast
@@ -79,7 +94,9 @@ setup(
             "wandb",
             "ruff==0.17.6",
             "mypy==2.4.1",
+            *EXPORT,
         ],
+        "export": EXPORT,
         "wandb": ["wandb"],
     },
 )

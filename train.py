@@ -9,6 +9,7 @@ import sys
 from typing import NoReturn
 
 from pql.cli import import_isaacgym_first, usage
+from pql.video import default_to_egl
 
 HYDRA_OUTPUT = ".hydra"  # hydra.output_subdir
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cfg")
@@ -23,6 +24,7 @@ if __name__ == "__main__" and any(arg in ("--help", "-h") for arg in sys.argv[1:
 # module's top level again (as __mp_main__, with the parent's sys.argv) before it unpickles its
 # arguments, so this line puts isaacgym first there too.
 import_isaacgym_first(sys.argv[1:])
+default_to_egl()  # runtime.video_every renders without a display; MuJoCo reads it when first imported
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402

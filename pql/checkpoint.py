@@ -17,6 +17,7 @@ import contextlib
 import os
 import random
 import signal
+import subprocess
 import threading
 import uuid
 
@@ -29,6 +30,29 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a run: Ctrl-C; dock
 # 2: one layout for every algorithm; 3: the replay, the envs and every role's whole state;
 # 4: a prioritized replay's priorities as its leaves alone (docs/checkpoints.md)
 VERSION = 4
+
+
+def software() -> dict:
+    """What wrote a checkpoint, for an exported policy's metadata: {"pql": version, "commit": the
+    git commit of pql's source tree, "+" where it had uncommitted changes, or None outside a
+    checkout}."""
+    from pql import __version__
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {"pql": __version__, "commit": None}
+    commit = head.stdout.strip() + ("+" if dirty.stdout.strip() else "") if head.returncode == 0 else None
+    return {"pql": __version__, "commit": commit}
 
 
 class CheckpointError(ValueError):

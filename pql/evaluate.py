@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import torch
 
 from pql.envs import to_env_action
@@ -40,7 +41,7 @@ def evaluate(env, policy, normalizer) -> dict[str, float]:
     "eval/length", and "eval/<metric>" for each of the env's episode_metrics}: means over the
     env's num_envs scored episodes, read in one transfer at the end."""
     obs = env.reset()
-    n, columns = env.num_envs, env.policy_obs_dim
+    n = env.num_envs
     metrics = env.episode_metrics
     returns = torch.zeros(n, device=env.device)
     lengths = torch.zeros(n, device=env.device)
@@ -50,8 +51,7 @@ def evaluate(env, policy, normalizer) -> dict[str, float]:
     scoring = running.clone() if starts is None else starts.clone()  # the episode stepped is the one scored
     still_running = LateRead(running)
     for _ in range(env.max_episode_steps * (1 if starts is None else 2)):
-        action = policy(normalizer(obs[:, :columns])).clamp(-1.0, 1.0)
-        obs, reward, terminated, truncated, info = env.step(to_env_action(action, env))
+        obs, reward, terminated, truncated, info = env.step(deterministic_action(env, policy, normalizer, obs))
         done = terminated | truncated
         counted = running & scoring
         returns += reward * counted
@@ -67,3 +67,26 @@ def evaluate(env, policy, normalizer) -> dict[str, float]:
     names = ["eval/return", "eval/length"] + [f"eval/{name}" for name in metrics]
     means = torch.cat([torch.stack([returns.mean(), lengths.mean()]), scores.mean(dim=1)]).tolist()
     return dict(zip(names, means))
+
+
+def deterministic_action(env, policy, normalizer, obs: torch.Tensor) -> torch.Tensor:
+    """The action an evaluation sends `env` for obs [N, obs_dim]: the policy's forward (its mean
+    action) on the normalised policy columns, clipped to [-1, 1] as in training, on the env's box."""
+    action = policy(normalizer(obs[:, : env.policy_obs_dim])).clamp(-1.0, 1.0)
+    return to_env_action(action, env)
+
+
+@torch.no_grad()
+@one_torch_thread()
+def record_episode(env, policy, normalizer, max_steps: int) -> np.ndarray:
+    """Env 0's first episode from a reset, stepped as `evaluate` steps it (every env steps with
+    it), up to max_steps steps: its frames [T, H, W, 3] uint8 (env.render). Raises TaskError for
+    an env that cannot render, before it steps."""
+    obs = env.reset()
+    frames = [env.render(0)]
+    for _ in range(max_steps):
+        obs, _, terminated, truncated, _ = env.step(deterministic_action(env, policy, normalizer, obs))
+        if bool(terminated[0] | truncated[0]):  # obs is the next episode's first
+            break
+        frames.append(env.render(0))
+    return np.stack(frames)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 # The most episode metrics an env may name: what the runtime's shared statistics hold.
@@ -53,6 +54,18 @@ class Mirror:
     obs_sign: tuple[float, ...]
     action_index: tuple[int, ...]
     action_sign: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class PolicyInterface:
+    """What a program that runs an exported policy must know of the env beyond the sizes: the
+    observation's parts in order, and for a robot the joints its actions drive and what an action
+    means (pql/export.py writes it into the exported files). Empty where the task does not say."""
+
+    obs_parts: tuple[tuple[str, int], ...] = ()  # (name, columns) for each part of the policy's observation
+    joint_names: tuple[str, ...] = ()  # the joint each action drives, in the action's order
+    default_joint_pos: tuple[float, ...] = ()  # joint position targets: the pose an action of 0 holds
+    action_scale: float | None = None  # joint position targets: default_joint_pos + action_scale * action
 
 
 class BatchedEnv(abc.ABC):
@@ -83,6 +96,10 @@ class BatchedEnv(abc.ABC):
     # where the next step starts an episode: its reset() returns the current observations, and an
     # evaluation scores each env's first episode that starts after the evaluation does.
     episode_starts: torch.Tensor | None = None
+    # What a deployment reads of the observations and actions (PolicyInterface).
+    interface: PolicyInterface = PolicyInterface()
+    # Simulated seconds per step where the env says (a video's frame interval), else None.
+    dt: float | None = None
 
     @property
     def policy_obs_dim(self) -> int:
@@ -122,6 +139,13 @@ class BatchedEnv(abc.ABC):
             f"{type(self).__name__} cannot be checkpointed: it does not save or restore its simulator's "
             "state (the MuJoCo tasks can), so a resume starts new episodes"
         )
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """Env `index`'s current scene as an RGB image [H, W, 3] uint8 (pql.play's videos).
+
+        Raises TaskError for an env that cannot render (this default).
+        """
+        raise TaskError(f"{type(self).__name__} cannot render: it offers no images of its scene")
 
     def close(self) -> None:  # noqa: B027 (a task without a simulator to release keeps this one)
         """Release the simulator; the env cannot be used afterwards."""

@@ -92,6 +92,8 @@ class GymVectorEnv(BatchedEnv):
         self._seed = seed
         self._started = False
         vector_env.action_space.seed(seed)
+        fps = vector_env.metadata.get("render_fps")
+        self.dt = 1.0 / fps if fps else None
 
     def reset(self) -> torch.Tensor:
         # Only the first reset seeds: a later one continues each copy's generator, so that it
@@ -131,6 +133,17 @@ class GymVectorEnv(BatchedEnv):
             f"gym:{self.env_id} cannot be checkpointed: a Gymnasium env does not save or restore its simulator's "
             "state; checkpoints are written without the envs, and a resume starts new episodes"
         )
+
+    def render(self, index: int = 0) -> np.ndarray:
+        if self.vector_env.render_mode != "rgb_array":
+            raise TaskError(
+                f"gym:{self.env_id} renders no images: it was made with render_mode={self.vector_env.render_mode!r}, "
+                "and pql.play makes it with 'rgb_array' (task.kwargs.render_mode)"
+            )
+        frames = self.vector_env.render()
+        if frames is None:
+            raise TaskError(f"gym:{self.env_id} returned no image from render()")
+        return np.asarray(frames[index], dtype=np.uint8)
 
     def close(self) -> None:
         self.vector_env.close()

@@ -7,17 +7,21 @@ import re
 import signal
 import subprocess
 
-import pytest
-import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import OmegaConf
+from pql.video import default_to_egl
 
-from pql.cli import expand_task_forms
-from pql.config import Config, load_config, register_configs, resolve
-from pql.runtime.distributed import FINISH_CHECK_EVERY, Replicas
-from pql.runtime.settings import RunSettings, run_settings
-from tasks.base import TaskError
+default_to_egl()  # the video tests render without a display: before anything imports mujoco
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.core.global_hydra import GlobalHydra  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from pql.cli import expand_task_forms  # noqa: E402
+from pql.config import Config, load_config, register_configs, resolve  # noqa: E402
+from pql.runtime.distributed import FINISH_CHECK_EVERY, Replicas  # noqa: E402
+from pql.runtime.settings import RunSettings, run_settings  # noqa: E402
+from tasks.base import TaskError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -151,7 +151,7 @@ def test_early_ratio_keys_come_together(overrides, message):
             "algo.minibatches=100000 is not allowed; expected at most algo.horizon * task.num_envs = 4096",
         ),
         (["algo.nstep=2000"], "algo.nstep=2000 is not allowed; expected an integer <= 1000 (the longest Ant episode)"),
-        (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected a number in (0, 1]"),
+        (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected null or a number in (0, 1]"),
         (["algo.beta_pv=1,2"], "algo.beta_pv='1,2' is not allowed; expected one value (add -m to sweep"),
         (["algo.gamma=[0.9"], "algo.gamma='[0.9' is not allowed; expected a value in Hydra's override grammar"),
     ],
@@ -172,7 +172,7 @@ def test_every_bad_setting_is_found_before_the_run(argv, needle, tmp_path):
             "algo.exploration='ape_x' is not allowed; expected an existing key with algo=sac",
         ),
         (["checkpoint=/nonexistent/checkpoint.pt"], "pql: checkpoint not found: /nonexistent/checkpoint.pt"),
-        (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected a number in (0, 1]"),
+        (["-m", "algo.gamma=0.9,1.5"], "algo.gamma=1.5 is not allowed; expected null or a number in (0, 1]"),
     ],
 )
 def test_cli_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path):
@@ -275,9 +275,9 @@ def plain(cfg) -> dict:
 
 def with_task_defaults(algo):
     """The nulls load_config resolves from the (default) task, Ant: pql_d's support, its value
-    range, and the n-step returns' n, 3 for its 1,000-step episodes."""
+    range, the n-step returns' n, 3 for its 1,000-step episodes, γ = 0.99 and no mirror."""
     if isinstance(algo, OffPolicyConfig):
-        algo = dataclasses.replace(algo, nstep=3)
+        algo = dataclasses.replace(algo, nstep=3, gamma=0.99, mirror=False)
     if isinstance(algo, PQLDConfig):
         return dataclasses.replace(algo, v_min=TaskConfig().value_min, v_max=TaskConfig().value_max)
     return algo
@@ -334,6 +334,22 @@ def test_pql_d_support_is_the_tasks_value_range(task, support):
 def test_nstep_default_follows_the_episode_length(task, nstep, algo):
     assert load_config(composed([f"algo={algo}", f"task={task}"])).algo.nstep == nstep
     assert load_config(composed([f"algo={algo}", f"task={task}", "algo.nstep=2"])).algo.nstep == 2
+
+
+@pytest.mark.parametrize(
+    "task, gamma, mirror",
+    [
+        (["task=Anymal"], 0.97, True),
+        (["task=Ant"], 0.99, False),
+        (["task=dmc", "task.name=dmc/cheetah-run"], 0.99, False),
+    ],
+)
+@pytest.mark.parametrize("algo", ["pql", "sac"])
+def test_the_task_fills_the_discount_and_the_mirror_left_null(task, gamma, mirror, algo):
+    cfg = load_config(composed([f"algo={algo}", *task])).algo
+    assert (cfg.gamma, cfg.mirror) == (gamma, mirror)
+    cfg = load_config(composed([f"algo={algo}", *task, "algo.gamma=0.9", "algo.mirror=false"])).algo
+    assert (cfg.gamma, cfg.mirror) == (0.9, False)
 
 
 def test_pql_d_support_scales_with_the_reward():

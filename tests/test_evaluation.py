@@ -187,6 +187,8 @@ def monitor(share: float, background: bool, eval_s: float = 0.05) -> tuple[Monit
         stop_at_return=None,
         run_dir="unused",
         header={},
+        video_every=0,
+        export=False,
     )
     logger = Logged()
     board = types.SimpleNamespace(read=lambda: {})

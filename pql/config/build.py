@@ -207,8 +207,8 @@ def load_config(raw: dict) -> Config:
     algo = _build(ALGORITHMS[algo_name].config_class(), algo_raw, "algo")
     cfg = _build(Config, raw, "")
     cfg.algo = algo
-    if isinstance(algo, OffPolicyConfig) and algo.nstep is None:
-        algo.nstep = default_nstep(cfg.task.name)
+    if isinstance(algo, OffPolicyConfig):
+        fill_task_defaults(algo, cfg.task.name)
     if isinstance(algo, OffPolicyConfig) and (algo.value != "scalar" or algo.return_scaling):
         low, high = (
             scaled_support(cfg.task.value_min, cfg.task.value_max, algo.return_bound)
@@ -232,13 +232,21 @@ def scaled_support(value_min: float, value_max: float, bound: float) -> tuple[fl
     return (0.0 if value_min >= 0 else -bound), (0.0 if value_max <= 0 else bound)
 
 
-def default_nstep(task_name: str) -> int:
-    """algo.nstep's null: 1 for a task whose episodes last at most SHORT_EPISODE_STEPS steps, 3 for
-    any other, and 3 for an Isaac Gym task, whose limit is known only once its env is made."""
+def fill_task_defaults(algo: OffPolicyConfig, task_name: str) -> None:
+    """The off-policy learners' nulls that the task decides, for pql's own tasks by what their
+    classes say (tasks/mujoco/task.py) and for any other as for most of them:
+    algo.nstep: 1 for a task whose episodes last at most SHORT_EPISODE_STEPS steps, 3 for any
+    other (and for an Isaac Gym task, whose limit is known only once its env is made);
+    algo.gamma: the task's discount (0.99 but for Anymal); algo.mirror: the task's choice."""
     from tasks import TASKS  # on use: tasks imports torch, which importing pql.config must not
 
     task = TASKS.get(task_name)
-    return 1 if task is not None and task.max_episode_steps <= SHORT_EPISODE_STEPS else 3
+    if algo.nstep is None:
+        algo.nstep = 1 if task is not None and task.max_episode_steps <= SHORT_EPISODE_STEPS else 3
+    if algo.gamma is None:
+        algo.gamma = task.discount if task is not None else 0.99
+    if algo.mirror is None:
+        algo.mirror = task.mirrored_batches if task is not None else False
 
 
 def to_dict(value):

@@ -179,7 +179,12 @@ class OffPolicyConfig:
 
     # No default: the shared keys are no algorithm of their own.
     name: str = _algo_name()
-    gamma: float = option(0.99, "a number in (0, 1]", discount, doc="discount γ")
+    gamma: float | None = option(
+        None,
+        "null or a number in (0, 1]",
+        discount,
+        doc="discount γ; null: the task's (0.97 for Anymal), 0.99 for any other",
+    )
     nstep: int | None = option(
         None,
         "null or an integer >= 1",
@@ -297,12 +302,12 @@ class OffPolicyConfig:
     noise_hold_mu: float = option(
         2.0, "a number > 1", lambda v: v > 1, doc="μ of the hold lengths' Zeta distribution, P(k) ∝ k^−μ"
     )
-    mirror: bool = option(
-        False,
-        "true or false (true needs a task with a mirror symmetry: Anymal)",
+    mirror: bool | None = option(
+        None,
+        "null, true or false (true needs a task with a mirror symmetry: Anymal)",
         doc="each learner batch is joined by its mirror image (the task's left-right symmetry, "
         "as rsl_rl and FastSAC augment legged robots): the critic and the policy train on "
-        "twice the batch, half of it mirrored",
+        "twice the batch, half of it mirrored; null: on for a task that trains better so (Anymal)",
     )
     net: NetConfig = field(default_factory=NetConfig)
 
@@ -464,6 +469,7 @@ class ActorConfig:
 
 # The roles of the three-role off-policy runtime, each placed by runtime.<role>_device below.
 MPS_MODES = ("auto", "on", "off")  # runtime.mps (pql/runtime/mps.py)
+VIDEO_SECONDS = 10.0  # runtime.video_every: a video's longest, in the env's simulated seconds
 ROLE_NAMES = ("actor", "v_learner", "p_learner")
 ROLE_DEVICE_KEYS = tuple(f"{name}_device" for name in ROLE_NAMES)
 
@@ -595,6 +601,21 @@ class RuntimeConfig:
         lambda v: 0 < v <= 1,
         doc="the largest share of the wall time evaluations may take: one starts only "
         "if it and the final one, each as long as the longest so far, fit",
+    )
+    video_every: int = option(
+        0,
+        "an integer >= 0 (0: none)",
+        non_negative,
+        doc="every k-th evaluation also records env 0's first episode, at most "
+        f"{VIDEO_SECONDS:.0f} s of it, as a video: <run>/videos/eval_<env steps>.mp4, TensorBoard's "
+        "eval/video and wandb (its time counts as the evaluation's; needs pql[export] and an env "
+        "that renders: docs/deploy.md)",
+    )
+    export: bool = option(
+        True,
+        "true or false",
+        doc="a run that ends (not one stopped by a signal) exports its policy: <run>/exported/policy.pt, "
+        "and policy.onnx with pql[export] (pql.export, docs/deploy.md)",
     )
     log_every_s: float = option(10.0, "a number > 0", positive, doc="seconds between console lines and scalar logs")
     torch_threads: int | None = option(

@@ -13,9 +13,11 @@ import time
 
 import numpy as np
 
+from pql.video import gif
+
 from .console import Progress
 from .curves import plot_curves
-from .keys import CONFIG_JSON, EVAL_RETURN, LEARNING_CURVE_PNG, METRICS_CSV
+from .keys import CONFIG_JSON, EVAL_RETURN, EVAL_VIDEO, LEARNING_CURVE_PNG, METRICS_CSV
 from .metrics_csv import FIXED_COLUMNS, MetricsCsv, read_metrics
 from .wandb_run import WandbSettings, start_wandb
 
@@ -79,6 +81,20 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.log({"env_steps": env_steps, "wall_time_s": wall_time_s, **values})
         self._latest.update(values)
+
+    def video(self, env_steps: int, path: str, frames: np.ndarray, fps: float) -> None:
+        """An evaluation's video, written to `path` (MP4) already: TensorBoard's eval/video (an
+        animated GIF, what its video summaries hold) and wandb's."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        height, width = frames.shape[1:3]
+        image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif(frames, fps))
+        writer = self._tb._get_file_writer()
+        writer.add_summary(Summary(value=[Summary.Value(tag=EVAL_VIDEO, image=image)]), env_steps)
+        if self._wandb is not None:
+            import wandb
+
+            self._wandb.log({"env_steps": env_steps, EVAL_VIDEO: wandb.Video(path, format="mp4")})
 
     def progress(self, env_steps: int, scalars: dict[str, float]) -> None:
         """Print the console line if `progress_every_s` has passed since the last one.

@@ -7,11 +7,12 @@ import dataclasses
 import threading
 import time
 
+import numpy as np
 import torch
 from torch import nn
 
 from pql.envs import to_env_action
-from pql.evaluate import evaluate
+from pql.evaluate import evaluate, record_episode
 from pql.runtime.device import use_device
 
 
@@ -20,7 +21,8 @@ class EvalResult:
     scores: dict[str, float]  # what pql.evaluate.evaluate returns: "eval/return", "eval/length", ...
     policy_version: int
     env_steps: int  # the run's env steps when the policy was taken
-    seconds: float  # wall time from start to result
+    seconds: float  # wall time from start to result, the video's recording included
+    frames: np.ndarray | None = None  # the video the evaluation was asked for: [T, H, W, 3] uint8
 
 
 class Evaluator:
@@ -33,8 +35,9 @@ class Evaluator:
     so the policy evaluated is the one of that moment whatever the roles publish meanwhile.
     """
 
-    def __init__(self, env, device: torch.device, background: bool):
+    def __init__(self, env, device: torch.device, background: bool, video_steps: int = 0):
         self.env, self.device, self.background = env, torch.device(device), background
+        self.video_steps = video_steps  # a video's longest, in steps (pql.evaluate.record_episode)
         self._thread: threading.Thread | None = None
         self._result: EvalResult | None = None
         self._error: BaseException | None = None
@@ -54,12 +57,15 @@ class Evaluator:
     def busy(self) -> bool:
         return self._thread is not None or self._result is not None
 
-    def start(self, policy: nn.Module, normalizer: nn.Module, version: int, env_steps: int) -> None:
+    def start(
+        self, policy: nn.Module, normalizer: nn.Module, version: int, env_steps: int, video: bool = False
+    ) -> None:
+        """Evaluate a snapshot of policy and normalizer; with `video`, record a video after the scores."""
         if self.busy:
             raise RuntimeError("an evaluation is already under way")
         policy, normalizer = copy.deepcopy(policy), copy.deepcopy(normalizer)
         if not self.background:
-            self._result = self._run(policy, normalizer, version, env_steps)
+            self._result = self._run(policy, normalizer, version, env_steps, video)
             return
         ready = None
         if self.device.type == "cuda":  # the copies above are queued on this thread's stream
@@ -69,25 +75,26 @@ class Evaluator:
             target=self._in_background,
             name="pql-evaluation",
             daemon=True,
-            args=(policy, normalizer, version, env_steps, ready),
+            args=(policy, normalizer, version, env_steps, video, ready),
         )
         self._thread.start()
 
-    def _run(self, policy, normalizer, version: int, env_steps: int) -> EvalResult:
+    def _run(self, policy, normalizer, version: int, env_steps: int, video: bool) -> EvalResult:
         start = time.monotonic()
         scores = evaluate(self.env, policy, normalizer)
-        return EvalResult(scores, version, env_steps, time.monotonic() - start)
+        frames = record_episode(self.env, policy, normalizer, self.video_steps) if video else None
+        return EvalResult(scores, version, env_steps, time.monotonic() - start, frames)
 
-    def _in_background(self, policy, normalizer, version: int, env_steps: int, ready) -> None:
+    def _in_background(self, policy, normalizer, version: int, env_steps: int, video: bool, ready) -> None:
         try:
             if ready is None:
-                self._result = self._run(policy, normalizer, version, env_steps)
+                self._result = self._run(policy, normalizer, version, env_steps, video)
                 return
             use_device(self.device)  # a new thread starts on GPU 0
             stream = torch.cuda.Stream(self.device)
             stream.wait_event(ready)
             with torch.cuda.stream(stream):
-                self._result = self._run(policy, normalizer, version, env_steps)
+                self._result = self._run(policy, normalizer, version, env_steps, video)
         except BaseException as e:  # handed to the caller by poll()
             self._error = e
 

@@ -8,7 +8,8 @@ A runner supplies only what differs (see `pql.runtime.contracts.Runner`), built 
 the run's settings (pql/runtime/settings.py, the one reader of the config below `train`);
 `Monitor` decides, for all of them, when to evaluate, checkpoint, log and stop. Every checkpoint has one layout:
 
-    {"algo": name, "task": name, "config": the resolved config, "counters": {name: int},
+    {"algo": name, "task": name, "config": the resolved config, "software": what wrote it
+     (pql.checkpoint.software), "counters": {name: int},
      "rng": this process's RNG streams, "policy": state_dict, "normalizer": state_dict,
      "roles": {role: that role's training state}}
 
@@ -29,6 +30,7 @@ the exit code (pql/runtime/stopping.py).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import sys
@@ -48,10 +50,12 @@ from pql.checkpoint import (
     seed_all,
     set_rng_state,
 )
-from pql.config import CHECKPOINT_AUTO, ConfigError, announce, resolve
+from pql.config import CHECKPOINT_AUTO, VIDEO_SECONDS, ConfigError, announce, resolve
 from pql.envs import ObsLayout, build_env
 from pql.evaluate import evaluate
+from pql.export import ONNX_MISSING, export_checkpoint
 from pql.logging import RunLogger
+from pql.logging.keys import VIDEOS_DIR
 from pql.nets import ObsNormalizer
 from pql.runtime.contracts import RunMonitor, Runner
 from pql.runtime.device import use_device
@@ -73,6 +77,7 @@ from pql.runtime.evaluation import EvalResult, Evaluator
 from pql.runtime.settings import MonitorSettings, ResumeSettings, RunSettings, load_runner, run_settings
 from pql.runtime.shards import commit, replica_state
 from pql.runtime.stopping import FINISH, GO_ON, Stopped, StopSignals, by_signal, signal_name
+from pql.video import DEFAULT_FPS, video_problem, write_video
 from tasks import task_form
 from tasks.base import MAX_EPISODE_METRICS
 from tasks.contract import check_contract, raise_on_findings
@@ -135,6 +140,9 @@ def _run_with(settings: RunSettings, replicas: Replicas, signals: StopSignals, e
     if task_form(envs.task.name) != "own":  # a user's env: broken, it fails here in one line, not in a role
         raise_on_findings(check_contract(eval_env, quick=True), envs.task.name)
     obs, act_dim = ObsLayout.of(eval_env, envs.task.privileged_critic), eval_env.act_dim
+    every = settings.monitor.video_every
+    if every and replicas.lead and (problem := video_problem(eval_env)):
+        raise ConfigError("runtime.video_every", every, f"0 here: {problem}")
     resume = load_resume(settings.resume, replicas.world, replicas.rank)
     _check_same_start(settings.resume, resume, replicas)
     runner_cls = load_runner(settings.algo)
@@ -172,7 +180,24 @@ def _run_with(settings: RunSettings, replicas: Replicas, signals: StopSignals, e
             logger.close()
     if stopped_by:
         raise Stopped(stopped_by)
+    if replicas.lead and settings.monitor.export:
+        export_final_policy(monitor.checkpoint_path(), eval_env)
     return monitor.report_done()
+
+
+def export_final_policy(checkpoint: str, eval_env) -> None:
+    """runtime.export: the finished run's policy into exported/ beside its checkpoint. A failure
+    costs the run nothing (its checkpoint is written): one line says how to retry."""
+    try:
+        files = export_checkpoint(checkpoint, env=eval_env)
+    except Exception as e:
+        print(
+            f"pql: the policy was not exported ({type(e).__name__}: {e}); retry with python -m pql.export {checkpoint}",
+            flush=True,
+        )
+        return
+    onnx = f" and {os.path.basename(files.onnx)}" if files.onnx else f" (no policy.onnx: {ONNX_MISSING})"
+    print(f"pql: exported the policy: {files.torchscript}{onnx}", flush=True)
 
 
 def _check_same_start(resume: ResumeSettings, state: dict | None, replicas: Replicas) -> None:
@@ -288,7 +313,10 @@ class Monitor(RunMonitor):
         signals: StopSignals,
     ):
         self.settings, self.runner, self.logger, self.board, self.signals = settings, runner, logger, board, signals
-        self.evaluator = Evaluator(eval_env, eval_env.device, runner.trains_elsewhere) if logger else None
+        self.fps = 1.0 / eval_env.dt if eval_env.dt else DEFAULT_FPS  # a video's
+        video_steps = math.ceil(VIDEO_SECONDS * self.fps)
+        self.evaluator = Evaluator(eval_env, eval_env.device, runner.trains_elsewhere, video_steps) if logger else None
+        self.evaluations = 0  # started so far; every runtime.video_every-th records a video
         self.episode_metrics = eval_env.episode_metrics
         self.start = time.monotonic()
         self.solved = False
@@ -421,7 +449,9 @@ class Monitor(RunMonitor):
         """Evaluate the newest policy with the newest observation statistics."""
         policy, normalizer, version = self.runner.latest_policy()
         assert self.evaluator is not None
-        self.evaluator.start(policy, normalizer, version, env_steps)
+        self.evaluations += 1
+        every = self.settings.video_every
+        self.evaluator.start(policy, normalizer, version, env_steps, video=every > 0 and self.evaluations % every == 0)
 
     def _eval_within_share(self) -> bool:
         """Whether one more evaluation, and the final one after it, each as long as the longest so
@@ -440,6 +470,11 @@ class Monitor(RunMonitor):
         target = self.settings.stop_at_return
         if target is not None and result.scores["eval/return"] >= target:
             self.solved = True
+        if result.frames is not None:
+            assert self.logger is not None, "only rank 0 evaluates"
+            path = os.path.join(self.settings.run_dir, VIDEOS_DIR, f"eval_{result.env_steps}.mp4")
+            write_video(path, result.frames, self.fps)
+            self.logger.video(env_steps, path, result.frames, self.fps)
         self._log(
             env_steps,
             {

@@ -17,6 +17,7 @@ import torch
 
 from pql.algos.off_policy import UpdateSettings
 from pql.checkpoint import FILE_NAME as CHECKPOINT_FILE
+from pql.checkpoint import software
 from pql.config import (
     ALGORITHMS,
     CHECKPOINT_AUTO,
@@ -203,7 +204,9 @@ class MonitorSettings:
     max_time_s: float | None
     stop_at_return: float | None
     run_dir: str
-    header: dict  # {"algo", "task", "config"} of every checkpoint
+    header: dict  # {"algo", "task", "config", "software"} of every checkpoint
+    video_every: int  # every k-th evaluation records a video (0: none)
+    export: bool  # the run's end exports its policy (pql.export)
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,9 @@ def run_settings(cfg: Config, device: torch.device, replicas: Replicas) -> RunSe
             runtime.max_time_s,
             runtime.stop_at_return,
             cfg.run_dir,
-            {"algo": cfg.algo.name, "task": cfg.task.name, "config": config},
+            {"algo": cfg.algo.name, "task": cfg.task.name, "config": config, "software": software()},
+            runtime.video_every,
+            runtime.export,
         ),
         runner=(
             off_policy_settings(cfg, process)
@@ -317,7 +322,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             pull_every=runtime.actor_pull_every,
             precision=cfg.actor.precision,
             nstep=given(algo.nstep),
-            gamma=algo.gamma,
+            gamma=given(algo.gamma),
             priority_eta=replay.priority_eta if replay.actor_priorities else None,
             keeps_first_step=first_step,
             reward_scale=algo.reward_scale,
@@ -328,7 +333,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             seed=seed,
             capacity=capacity,
             batch_size=batch_size,
-            mirror=algo.mirror,
+            mirror=given(algo.mirror),
             publish_every=runtime.critic_publish_every,
             snapshot_dir=snapshot_dir,
             replay=replay,
@@ -343,7 +348,7 @@ def off_policy_settings(cfg: Config, process: ProcessSettings) -> OffPolicySetti
             seed=seed,
             capacity=capacity,
             batch_size=batch_size,
-            mirror=algo.mirror,
+            mirror=given(algo.mirror),
             publish_every=runtime.policy_publish_every,
             snapshot_dir=snapshot_dir,
         ),

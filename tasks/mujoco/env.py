@@ -7,6 +7,7 @@ GPU path never reads a tensor back to the host.
 from __future__ import annotations
 
 import mujoco
+import numpy as np
 import torch
 
 from ..base import ActionCheck, BatchedEnv, TaskError, check_state_fits
@@ -43,10 +44,14 @@ class MujocoEnv(BatchedEnv):
                 else f"action_repeat must be an integer >= 1, got {action_repeat}"
             )
         self.action_repeat = action_repeat
+        self.dt = self.task.dt * action_repeat
         self.task.start(num_envs, seed)
         self.physics = physics_cls(model, num_envs, device, self.task, seed)
         self.episode_metrics = self.task.episode_metrics
         self.mirror = self.task.mirror
+        self.interface = self.task.interface(model)
+        self._model = model
+        self._scene: Scene | None = None  # made at the first render
         self.num_envs = num_envs
         self.device = device
         self._seed = seed
@@ -164,5 +169,55 @@ class MujocoEnv(BatchedEnv):
         self._last_obs = torch.where(mask[:, None], fresh, obs)
         return self._last_obs
 
+    def render(self, index: int = 0) -> np.ndarray:
+        """Env `index`'s bodies where its joints put them (both backends: the positions are set into
+        a data of the renderer's own), seen by the camera Scene picks."""
+        if self._scene is None:
+            self._scene = Scene(self._model)
+        return self._scene.render(self.physics.state["qpos"][index].cpu().numpy())
+
     def close(self) -> None:
+        if self._scene is not None:
+            self._scene.close()
         self.physics.close()
+
+
+class Scene:
+    """Images of a model at given joint positions, RGB [height, width, 3] uint8, from MuJoCo's
+    renderer (headless with MUJOCO_GL=egl or osmesa). A model whose first joint moves its root
+    (a walker's free or sliding joint) is followed by a tracking camera; any other is seen whole
+    from MuJoCo's default free camera."""
+
+    def __init__(self, model: mujoco.MjModel, height: int = 240, width: int = 320):
+        self.model, self.data = model, mujoco.MjData(model)
+        try:
+            self.renderer = mujoco.Renderer(model, height, width)
+        except Exception as e:  # no OpenGL: MuJoCo names the backend it tried
+            raise TaskError(
+                f"MuJoCo cannot render ({type(e).__name__}: {e}); without a display, set MUJOCO_GL=egl "
+                "(or osmesa) before starting Python"
+            ) from e
+        self.camera = mujoco.MjvCamera()
+        mujoco.mjv_defaultFreeCamera(model, self.camera)
+        walks = model.njnt > 0 and int(model.jnt_type[0]) in (
+            int(mujoco.mjtJoint.mjJNT_FREE),
+            int(mujoco.mjtJoint.mjJNT_SLIDE),
+        )
+        if walks:  # followed from three times its reach: the floor would put a free camera far away
+            root = int(model.jnt_bodyid[0])
+            mujoco.mj_forward(model, self.data)
+            body = model.body_rootid == model.body_rootid[root]
+            reach = float(np.linalg.norm(self.data.xpos[body] - self.data.xpos[root], axis=1).max())
+            self.camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+            self.camera.trackbodyid = root
+            self.camera.distance = max(1.0, 3.0 * reach)
+            self.camera.elevation = -20.0
+
+    def render(self, qpos: np.ndarray) -> np.ndarray:
+        self.data.qpos[:] = qpos
+        mujoco.mj_forward(self.model, self.data)
+        self.renderer.update_scene(self.data, self.camera)
+        return self.renderer.render()
+
+    def close(self) -> None:
+        self.renderer.close()

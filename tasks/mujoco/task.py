@@ -25,7 +25,7 @@ import mujoco
 import torch
 import warp as wp
 
-from ..base import Mirror, TaskError
+from ..base import Mirror, PolicyInterface, TaskError
 
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets")
 
@@ -55,6 +55,10 @@ class Task:
     # The info entries whose values at an episode's last step score the episode beside its return
     # (tasks.base.BatchedEnv.episode_metrics); evaluations and the training log report their means.
     episode_metrics: tuple[str, ...] = ()
+    # The off-policy learners' settings this task trains best with, measured per task: they fill
+    # algo.gamma and algo.mirror where the config leaves them null (pql/config/build.py).
+    discount: float = 0.99
+    mirrored_batches: bool = False
     # How an env step runs the physics. "mj_step": nstep mj_step calls, as Gymnasium does, derived
     # fields describing the last substep's evaluation. "dm_control": dm_control's step (mj_step2,
     # nstep - 1 mj_step, then mj_step1: position- and velocity-dependent fields, sensors included,
@@ -64,6 +68,9 @@ class Task:
     can_terminate: bool = True
     # The task's mirror symmetry (tasks.base.Mirror), or None.
     mirror: Mirror | None = None
+    # The policy's observation in parts, (name, columns) in order, where the task names them
+    # (tasks.base.PolicyInterface; a scale in a name multiplies what the part measures).
+    obs_parts: tuple[tuple[str, int], ...] = ()
 
     def __init__(self, model: mujoco.MjModel, dtype: torch.dtype, device: torch.device):
         if self.qvel_noise not in ("uniform", "normal"):
@@ -84,6 +91,19 @@ class Task:
 
     def observation_size(self, model: mujoco.MjModel) -> int:
         raise NotImplementedError
+
+    def interface(self, model: mujoco.MjModel) -> PolicyInterface:
+        """What a deployment reads of the observations and actions: the parts, and where each
+        action drives one actuator on a joint, those joints in the action's order."""
+        low, _ = self.action_range(model)
+        joint = mujoco.mjtTrn.mjTRN_JOINT
+        on_joints = model.nu == low.shape[0] and all(t == joint for t in model.actuator_trntype)
+        joints = (
+            tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in model.actuator_trnid[:, 0])
+            if on_joints
+            else ()
+        )
+        return PolicyInterface(self.obs_parts, joints)
 
     def action_range(self, model: mujoco.MjModel) -> tuple[torch.Tensor, torch.Tensor]:
         """The action box (low, high) [act_dim] float: the actuators' control range, which `control`
