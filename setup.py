@@ -4,11 +4,10 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
-# pql[export]: pql.export's policy.onnx (torch's exporter needs onnxscript; onnxruntime runs the
-# file in tests and in docs/deploy.md's program) and the MP4s of pql.play and runtime.video_every
-# (imageio, with the ffmpeg binary imageio-ffmpeg ships). Floors: the oldest checked
-# (docker/README.md, "Versions").
-EXPORT = ["onnx>=1.17", "onnxscript>=0.5", "onnxruntime>=1.20", "imageio>=2.30", "imageio-ffmpeg>=0.5"]
+# pql[export]: pql.export's policy.onnx (torch's exporter needs onnxscript, and torch 2.11's and
+# later exporters need onnxscript 0.6, the first with their API module; onnxruntime runs the file
+# in tests and in docs/deploy.md's program). Floors: the oldest checked (docker/README.md, "Versions").
+EXPORT = ["onnx>=1.17", "onnxscript>=0.6", "onnxruntime>=1.20"]
 # pql/__init__.py defines the version once; read, not imported (importing pql needs its requirements).
 VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "pql" / "__init__.py").read_text(), re.M).group(1)
 
@@ -74,6 +73,9 @@ setup(
         "omegaconf>=2.3",
         "tensorboard>=2.14",
         "matplotlib>=3.7",
+        # pql.play's and runtime.video_every's MP4s: imageio, with the ffmpeg binary imageio-ffmpeg ships.
+        "imageio>=2.30",
+        "imageio-ffmpeg>=0.5",
     ],
     extras_require={
         # The tools that run and judge the tests are pinned: a new release of one must not fail a

@@ -374,7 +374,7 @@ def judge_ant_walks(run: Run) -> Row:
 
     from pql.config import load_config
     from pql.envs import build_env
-    from pql.runtime.run import checkpoint_policy
+    from pql.export import checkpoint_policy
     from pql.runtime.settings import EVAL_SEED_OFFSET, load_runner
 
     state = checkpoint(run)

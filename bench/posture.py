@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pql.checkpoint import CheckpointError, load_checkpoint
 from pql.config import load_config
 from pql.envs import build_env, to_env_action
-from pql.runtime.run import checkpoint_policy
+from pql.export import checkpoint_policy
 from pql.runtime.settings import load_runner
 
 TASK = "HalfCheetah"

@@ -109,13 +109,25 @@ def checkpoint_file(path: str) -> str:
     return file
 
 
+def checkpoint_policy(
+    runner_cls, algo, state: dict, obs_dim: int, act_dim: int, device
+) -> tuple[nn.Module, ObsNormalizer]:
+    """The policy a checkpoint delivers (a policy of `runner_cls` for its algorithm's section
+    `algo`, reading obs_dim observations: an env's policy_obs_dim) and its observation
+    normaliser, on device."""
+    policy = runner_cls.make_policy(algo, obs_dim, act_dim).to(device).eval()  # a network's inference mode
+    policy.load_state_dict(state["policy"])
+    normalizer = ObsNormalizer(obs_dim).to(device)
+    normalizer.load_state_dict(state["normalizer"])
+    return policy, normalizer
+
+
 def deployed_policy(state: dict, env=None) -> tuple[DeployedPolicy, PolicyCard]:
     """The policy a checkpoint's state delivers, on the CPU in inference mode, and its card. `env`:
     an env of the run's task (the run's evaluation env at its end); None makes one env of it on
     the CPU, for the sizes, the action box and the interface."""
     from pql.config import load_config
     from pql.envs import build_env
-    from pql.runtime.run import checkpoint_policy
     from pql.runtime.settings import load_runner
 
     cfg = load_config(dict(state["config"]))
@@ -202,7 +214,9 @@ def _replace(path: str, write) -> None:
 def _quiet():
     """Tracing and ONNX export without their notices: TorchScript's deprecation (policy.pt is for
     programs that load TorchScript, as rsl_rl's users' do) and the exporter's progress lines."""
-    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export")]
+    loggers = [
+        logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "onnxscript", "onnx_ir")
+    ]
     levels = [logger.level for logger in loggers]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,5 +1,5 @@
-"""Videos of a policy: MP4 files (imageio with its ffmpeg, pql[export]) and the GIF that
-TensorBoard shows as a video."""
+"""Videos of a policy: MP4 files (imageio, with the ffmpeg binary of imageio-ffmpeg) and the GIF
+that TensorBoard shows as a video."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-VIDEO_MISSING = "writing an MP4 needs imageio and imageio-ffmpeg: pip install -e '.[export]'"
+VIDEO_MISSING = "writing an MP4 needs imageio and imageio-ffmpeg (pql's requirements): pip install -e ."
 DEFAULT_FPS = 30.0  # the frame rate of an env that does not say its step's duration (BatchedEnv.dt)
 
 

@@ -30,8 +30,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 register_configs()
 
 
+# The tests' runs do not export their policy at their end unless a test asks (runtime.export=true):
+# an export costs 2 to 8 s of a 2-core CI machine, and tests/test_export.py tests it.
+NO_EXPORT = "runtime.export=false"
+
+
 def compose_config(overrides: list[str], run_dir) -> Config:
-    """The validated Config that `python train.py <overrides>` would run, writing to run_dir."""
+    """The validated Config that `python train.py <overrides>` would run, writing to run_dir
+    (runtime.export=false unless the overrides set it: NO_EXPORT)."""
+    if not any(o.startswith("runtime.export=") for o in overrides):
+        overrides = [*overrides, NO_EXPORT]
     overrides = expand_task_forms(overrides)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "cfg"), version_base=None):

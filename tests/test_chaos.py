@@ -19,7 +19,7 @@ import threading
 import time
 
 import pytest
-from conftest import DEAD_PEER_S, JOB_MARKER, ROOT, alive, job_pids, role_pids, running, started_roles
+from conftest import DEAD_PEER_S, JOB_MARKER, NO_EXPORT, ROOT, alive, job_pids, role_pids, running, started_roles
 
 from bench.learning import OFF_POLICY
 from pql.checkpoint import load_checkpoint
@@ -36,6 +36,7 @@ RUN = [
     "runtime.checkpoint_every=1000",
     "runtime.eval_every=10000",
     "runtime.log_every_s=1",
+    NO_EXPORT,
     *OFF_POLICY,  # the learning tests' settings, with which the last launch solves in fewer env steps
 ]
 # The last launch: on to 900 (of 1000) or to 200k env steps, as the learning tests allow,

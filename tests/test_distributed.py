@@ -14,6 +14,7 @@ import torch
 from conftest import (
     DEAD_PEER_S,
     JOB_MARKER,
+    NO_EXPORT,
     alive,
     assert_stopped_at_an_agreed_step,
     job_pids,
@@ -35,7 +36,7 @@ from pql.runtime.shards import replica_state, write_shard
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "tests", "replica_probe.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-TASK = ["task=InvertedPendulum", "task.num_envs=8", "runtime.eval_every=1000000000", "task.eval_envs=2"]
+TASK = ["task=InvertedPendulum", "task.num_envs=8", "runtime.eval_every=1000000000", "task.eval_envs=2", NO_EXPORT]
 SMALL = TASK + [
     "algo.batch_size=64",
     "algo.beta_av=8",

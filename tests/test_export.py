@@ -24,14 +24,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import pql
 import tasks
 from pql.checkpoint import FILE_NAME, load_checkpoint, save_checkpoint, software
-from pql.config import VIDEO_SECONDS, load_config, to_dict
+from pql.config import VIDEO_SECONDS, ConfigError, load_config, to_dict
 from pql.envs import build_env
 from pql.evaluate import evaluate
-from pql.export import EXPORT_DIR, ONNX_FILE, TORCHSCRIPT_FILE, export_checkpoint
+from pql.export import EXPORT_DIR, ONNX_FILE, TORCHSCRIPT_FILE, checkpoint_policy, export_checkpoint
 from pql.logging.keys import EVAL_VIDEO, VIDEOS_DIR
 from pql.play import play
 from pql.runtime import train
-from pql.runtime.run import checkpoint_policy
 from pql.runtime.settings import load_runner
 
 TASK = "Hopper"  # 11 observations, 3 actions; a random policy falls within a few dozen steps
@@ -242,6 +241,7 @@ def test_a_finished_run_exports_its_policy_and_records_its_videos(tmp_path):
         "runtime.eval_every=100",
         "runtime.eval_max_share=1",
         "runtime.video_every=2",
+        "runtime.export=true",  # the tests' runs leave it out (conftest.NO_EXPORT)
     ]
     train(compose_config(overrides, run_dir))
     exported = run_dir / EXPORT_DIR
@@ -261,3 +261,18 @@ def test_a_finished_run_exports_its_policy_and_records_its_videos(tmp_path):
 def read_rows(path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def test_videos_of_an_env_that_cannot_render_are_refused_before_the_run_starts(tmp_path):
+    overrides = [
+        "task=examples.own_env:make_env",
+        "task.num_envs=4",
+        "runtime.mode=sequential",
+        "runtime.video_every=1",
+    ]
+    with pytest.raises(ConfigError) as refused:
+        train(compose_config(overrides, tmp_path / "run"))
+    assert str(refused.value) == (
+        "config error: runtime.video_every=1 is not allowed; expected 0 here: PointMass cannot render: "
+        "it offers no images of its scene"
+    )

@@ -14,6 +14,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from conftest import NO_EXPORT
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -428,6 +429,7 @@ def test_train_py_runs_an_isaacgym_task_in_process_mode(fake_isaacgym, tmp_path)
     cmd = [
         sys.executable,
         "train.py",
+        NO_EXPORT,
         "task=isaacgym/Ant",
         "task.num_envs=4",
         "task.eval_envs=2",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import NO_EXPORT, ROOT
 from tensordict import TensorDict
 
 import tasks
@@ -397,6 +397,7 @@ def test_train_py_trains_a_gymnasium_robotics_env_and_resumes_it_with_new_episod
     command = [
         sys.executable,
         "train.py",
+        NO_EXPORT,
         "task=gym:PointMaze_UMaze-v3",
         "task.import_module=gymnasium_robotics",
         "task.num_envs=4",

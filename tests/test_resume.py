@@ -8,6 +8,7 @@ import signal
 
 import pytest
 import torch
+from conftest import NO_EXPORT
 from test_runtime import ONE_BLOCK
 
 from pql import bulk
@@ -142,6 +143,7 @@ def _round_trip(obj):
 
 
 EXACT = [
+    NO_EXPORT,
     "task=InvertedPendulum",
     "task.num_envs=8",
     "task.backend=mujoco",

@@ -2,6 +2,7 @@
 truncation at the step limit, and seeded reproducibility."""
 
 import gymnasium
+import numpy as np
 import pytest
 import torch
 
@@ -31,7 +32,25 @@ def test_shapes_dtypes_and_bounds(name):
     assert obs.shape == info["final_obs"].shape == (4, env.obs_dim)
     assert reward.shape == terminated.shape == truncated.shape == (4,)
     assert reward.dtype == torch.float32 and terminated.dtype == truncated.dtype == torch.bool
+    # What an export says of it: one joint per action; a video's frame interval, Gymnasium's step.
+    assert len(env.interface.joint_names) == env.act_dim
+    assert env.dt == pytest.approx(gymnasium.make(f"{name}-v5").unwrapped.dt)
     env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_both_backends_render_the_same_scene(backend):
+    env = tasks.make("Ant", 2, "cpu", seed=0, backend=backend)
+    first = env.render(1)
+    for actions in random_actions(env, 20, 0):
+        env.step(actions)
+    later = env.render(1)
+    assert first.shape == (240, 320, 3) and first.dtype == np.uint8
+    assert np.abs(first.astype(int) - later).mean() > 1  # the walker moved under the camera's eyes
+    mujoco_env = tasks.make("Ant", 2, "cpu", seed=0, backend="mujoco")
+    assert np.abs(mujoco_env.render(1).astype(int) - first).mean() < 0.5  # the same start, drawn alike
+    env.close()
+    mujoco_env.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

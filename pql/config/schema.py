@@ -608,8 +608,8 @@ class RuntimeConfig:
         non_negative,
         doc="every k-th evaluation also records env 0's first episode, at most "
         f"{VIDEO_SECONDS:.0f} s of it, as a video: <run>/videos/eval_<env steps>.mp4, TensorBoard's "
-        "eval/video and wandb (its time counts as the evaluation's; needs pql[export] and an env "
-        "that renders: docs/deploy.md)",
+        "eval/video and wandb (its time counts as the evaluation's; needs an env that renders: "
+        "docs/deploy.md)",
     )
     export: bool = option(
         True,

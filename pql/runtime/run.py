@@ -37,7 +37,6 @@ import sys
 import time
 
 import torch
-from torch import nn
 
 from pql.bulk import BulkError, descriptions, locate, remove_unreferenced
 from pql.checkpoint import (
@@ -53,10 +52,9 @@ from pql.checkpoint import (
 from pql.config import CHECKPOINT_AUTO, VIDEO_SECONDS, ConfigError, announce, resolve
 from pql.envs import ObsLayout, build_env
 from pql.evaluate import evaluate
-from pql.export import ONNX_MISSING, export_checkpoint
+from pql.export import ONNX_MISSING, checkpoint_policy, export_checkpoint
 from pql.logging import RunLogger
 from pql.logging.keys import VIDEOS_DIR
-from pql.nets import ObsNormalizer
 from pql.runtime.contracts import RunMonitor, Runner
 from pql.runtime.device import use_device
 from pql.runtime.distributed import (
@@ -261,19 +259,6 @@ def load_resume(resume: ResumeSettings, replicas: int = 1, rank: int = 0) -> dic
         except BulkError as e:
             raise CheckpointError(f"{resume.checkpoint} cannot be resumed: {e}") from e
     return state
-
-
-def checkpoint_policy(
-    runner_cls, algo, state: dict, obs_dim: int, act_dim: int, device
-) -> tuple[nn.Module, ObsNormalizer]:
-    """The policy a checkpoint delivers (a policy of `runner_cls` for its algorithm's section
-    `algo`, reading obs_dim observations: an env's policy_obs_dim) and its observation
-    normaliser, on device."""
-    policy = runner_cls.make_policy(algo, obs_dim, act_dim).to(device).eval()  # a network's inference mode
-    policy.load_state_dict(state["policy"])
-    normalizer = ObsNormalizer(obs_dim).to(device)
-    normalizer.load_state_dict(state["normalizer"])
-    return policy, normalizer
 
 
 def evaluate_checkpoint(settings: RunSettings, runner_cls, eval_env, state: dict) -> dict:

@@ -197,20 +197,24 @@ class Scene:
                 f"MuJoCo cannot render ({type(e).__name__}: {e}); without a display, set MUJOCO_GL=egl "
                 "(or osmesa) before starting Python"
             ) from e
+        # Without shadows and reflections Mesa's software OpenGL (EGL on a machine without a GPU)
+        # draws a frame four times as fast: Anymal at 320x240 on 2 cores, 164 ms -> 40 ms.
+        self.renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
+        self.renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
         self.camera = mujoco.MjvCamera()
         mujoco.mjv_defaultFreeCamera(model, self.camera)
         walks = model.njnt > 0 and int(model.jnt_type[0]) in (
             int(mujoco.mjtJoint.mjJNT_FREE),
             int(mujoco.mjtJoint.mjJNT_SLIDE),
         )
-        if walks:  # followed from three times its reach: the floor would put a free camera far away
+        if walks:  # followed from 2 m beyond twice its reach: the floor would put a free camera far away
             root = int(model.jnt_bodyid[0])
             mujoco.mj_forward(model, self.data)
             body = model.body_rootid == model.body_rootid[root]
             reach = float(np.linalg.norm(self.data.xpos[body] - self.data.xpos[root], axis=1).max())
             self.camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
             self.camera.trackbodyid = root
-            self.camera.distance = max(1.0, 3.0 * reach)
+            self.camera.distance = 2.0 + 2.0 * reach
             self.camera.elevation = -20.0
 
     def render(self, qpos: np.ndarray) -> np.ndarray:
