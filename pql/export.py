@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from pql.checkpoint import FILE_NAME, CheckpointError, load_checkpoint
-from pql.envs import to_env_action
+from pql.evaluate import deterministic_action
 from pql.nets import ObsNormalizer
 from tasks.base import PolicyInterface
 
@@ -40,9 +40,8 @@ ONNX_MISSING = "policy.onnx needs onnx, onnxscript and onnxruntime: pip install 
 
 
 class DeployedPolicy(nn.Module):
-    """obs [B, obs_dim] -> the action [B, act_dim] the env takes: the policy's deterministic action
-    on the normalised observation, clipped to [-1, 1] and mapped onto [action_low, action_high]
-    as pql.evaluate maps it (pql.envs.to_env_action reads this module's bounds as it reads an env's)."""
+    """obs [B, obs_dim] -> the action [B, act_dim] the env takes: pql.evaluate.deterministic_action,
+    which reads this module's policy_obs_dim and action bounds as it reads an env's."""
 
     action_low: torch.Tensor
     action_high: torch.Tensor
@@ -52,11 +51,12 @@ class DeployedPolicy(nn.Module):
     ):
         super().__init__()
         self.normalizer, self.policy = normalizer, policy
+        self.policy_obs_dim = int(normalizer.mean.shape[0])  # all of its input: deterministic_action reads it
         self.register_buffer("action_low", action_low.detach().float().cpu().clone())
         self.register_buffer("action_high", action_high.detach().float().cpu().clone())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return to_env_action(self.policy(self.normalizer(obs)).clamp(-1.0, 1.0), self)
+        return deterministic_action(self, self.policy, self.normalizer, obs)
 
 
 @dataclass(frozen=True)

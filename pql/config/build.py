@@ -239,14 +239,16 @@ def fill_task_defaults(algo: OffPolicyConfig, task_name: str) -> None:
     other (and for an Isaac Gym task, whose limit is known only once its env is made);
     algo.gamma: the task's discount (0.99 but for Anymal); algo.mirror: the task's choice."""
     from tasks import TASKS  # on use: tasks imports torch, which importing pql.config must not
+    from tasks.mujoco.task import Task
 
     task = TASKS.get(task_name)
     if algo.nstep is None:
         algo.nstep = 1 if task is not None and task.max_episode_steps <= SHORT_EPISODE_STEPS else 3
+    chooser = task or Task  # any other task trains as most of pql's own do: the base class's choice
     if algo.gamma is None:
-        algo.gamma = task.discount if task is not None else 0.99
+        algo.gamma = chooser.discount
     if algo.mirror is None:
-        algo.mirror = task.mirrored_batches if task is not None else False
+        algo.mirror = chooser.mirrored_batches
 
 
 def to_dict(value):
