@@ -99,6 +99,11 @@ setup(
             *EXPORT,
         ],
         "export": EXPORT,
+        # MuJoCo Playground's tasks (examples/playground_task.py, tests/playground): 0.2.0, the
+        # release checked, asks for Python 3.11 and leaves JAX unpinned; JAX 0.10.2 is what pip
+        # resolves beside torch 2.13 on a CPU, the one checked. A GPU needs a CUDA build of JAX on
+        # top (docs/own_env.md, "MuJoCo Playground").
+        "playground": ["playground>=0.2.0", "jax>=0.10.2"],
         "wandb": ["wandb"],
     },
 )

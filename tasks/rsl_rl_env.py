@@ -6,13 +6,15 @@ wrappers implement) has `num_envs`, `num_actions`, `max_episode_length`, `device
 inside `step`. What the adapter does with it:
 
 - **Observations.** A TensorDict (or mapping) of groups gives one group to the policy:
-  `policy_group` (task.policy_group) where named, else "policy" (Isaac Lab's name) where the env
-  has it, else "actor" (mjlab's). A tensor is taken as it is; rsl_rl 2's `(obs, extras)` pair
-  gives its first element. Observations are flattened to [N, obs_dim] float32.
+  `policy_group` (task.policy_group) where named, else the first the env has of "policy" (Isaac
+  Lab's name), "actor" (mjlab's) and "state" (MuJoCo Playground's). A tensor is taken as it is;
+  rsl_rl 2's `(obs, extras)` pair gives its first element. Observations are flattened to
+  [N, obs_dim] float32.
 - **The critic's observations.** Where the groups hold one for the critic, `critic_group`
-  (task.critic_group) where named, else "critic" (Isaac Lab's and mjlab's name), its columns
-  follow the policy's (`critic_obs_dim` of them: tasks/base.py), for a critic that reads
-  privileged observations; a critic group that is the policy's adds none.
+  (task.critic_group) where named, else the first there of "critic" (Isaac Lab's and mjlab's
+  name) and "privileged_state" (Playground's), its columns follow the policy's (`critic_obs_dim`
+  of them: tasks/base.py), for a critic that reads privileged observations; a critic group that
+  is the policy's adds none.
 - **Done flags.** `dones` marks every finished episode, `extras["time_outs"]` those cut by the
   step limit: truncated = dones & time_outs, terminated = dones & ~time_outs. An env without
   "time_outs" has only terminations.
@@ -45,9 +47,10 @@ import torch
 from .base import ActionCheck, BatchedEnv, TaskError, resolve_device
 
 VEC_ENV_MEMBERS = ("num_envs", "num_actions", "max_episode_length", "device", "get_observations", "step")
-# The policy's group when none is named, in order of preference: Isaac Lab's name, then mjlab's.
-POLICY_GROUPS = ("policy", "actor")
-CRITIC_GROUP = "critic"  # the critic's when none is named: Isaac Lab's and mjlab's name
+# The groups taken when none is named, in order of preference: Isaac Lab's names, mjlab's, then
+# MuJoCo Playground's (whose envs have only "state" and "privileged_state").
+POLICY_GROUPS = ("policy", "actor", "state")
+CRITIC_GROUPS = ("critic", "privileged_state")
 
 
 def missing_vec_env_members(env) -> list[str]:
@@ -124,9 +127,9 @@ class RslRlEnv(BatchedEnv):
         return obs.reshape(self.num_envs, -1).to(self.device, torch.float32, copy=True)
 
     def _critic_group(self, keys: list, where: str) -> str | None:
-        """The group of `keys` the critic sees: the named one, else CRITIC_GROUP where present."""
+        """The group of `keys` the critic sees: the named one, else the first of CRITIC_GROUPS there."""
         if self._named_critic_group is None:
-            return CRITIC_GROUP if CRITIC_GROUP in keys else None
+            return next((group for group in CRITIC_GROUPS if group in keys), None)
         if self._named_critic_group not in keys:
             raise TaskError(
                 f"{self.name}: {where} returned observation groups {', '.join(map(str, keys))} and no "

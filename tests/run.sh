@@ -7,6 +7,10 @@
 #                                           (`pip install torch==2.13.0 mjlab==1.6.0 -e ".[test]"`;
 #                                           mjlab pins MuJoCo 3.11, so the other tiers cannot hold it):
 #                                           CI's second environment
+#   bash tests/run.sh --playground [pytest args]
+#                                           tests/playground, in an environment with MuJoCo
+#                                           Playground beside pql (`pip install torch==2.13.0
+#                                           -e ".[test,playground]"`, Python 3.11 or newer): CI's third
 # The first two tiers run, in order:
 #   0. the static checks: ruff's lint and format check, and mypy's type check of pql/ (all three
 #      configured in pyproject.toml);
@@ -19,9 +23,10 @@
 # the time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ "${1:-}" == "--mjlab" ]]; then
+if [[ "${1:-}" == "--mjlab" || "${1:-}" == "--playground" ]]; then
+    beside="${1#--}"
     shift
-    python -m pytest --durations=25 tests/mjlab "$@"
+    python -m pytest --durations=25 "tests/$beside" "$@"
     exit
 fi
 tier=(-m "not slow")
@@ -32,7 +37,7 @@ fi
 ruff check .
 ruff format --check .
 mypy
-python -m pytest --durations=25 tests --ignore=tests/kernels --ignore=tests/mjlab ${tier[@]+"${tier[@]}"} "$@"
+python -m pytest --durations=25 tests --ignore=tests/kernels --ignore=tests/mjlab --ignore=tests/playground ${tier[@]+"${tier[@]}"} "$@"
 TRITON_INTERPRET=1 python -m pytest --durations=25 tests/kernels ${tier[@]+"${tier[@]}"} "$@"
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     python -m pytest --durations=25 tests/kernels -m gpu "$@"

@@ -108,8 +108,27 @@ def test_the_policy_sees_the_named_group_else_policy_else_actor():
     assert RslRlEnv(ActorAndCritic(), policy_group="critic").policy_obs_dim == 3
 
 
+class StateAndPrivilegedState(GroupsOnly):
+    """MuJoCo Playground's groups: "state" (2 numbers) and "privileged_state" (4)."""
+
+    def get_observations(self):
+        return {"state": torch.ones(2, 2), "privileged_state": torch.zeros(2, 4, 1)}
+
+
+class MjlabAndPlaygroundGroups(GroupsOnly):
+    def get_observations(self):
+        return {**StateAndPrivilegedState().get_observations(), **ActorAndCritic().get_observations()}
+
+
+def test_playgrounds_groups_are_taken_with_no_setting_after_isaac_labs_and_mjlabs():
+    env = RslRlEnv(StateAndPrivilegedState())
+    assert (env.policy_obs_dim, env.critic_obs_dim) == (2, 4)
+    env = RslRlEnv(MjlabAndPlaygroundGroups())  # "actor" (2) and "critic" (3) win
+    assert (env.policy_obs_dim, env.critic_obs_dim) == (2, 3)
+
+
 def test_an_rsl_rl_env_without_the_policys_group_is_refused_naming_its_groups():
-    with pytest.raises(tasks.TaskError, match="groups critic, extra and neither 'policy' nor 'actor'; name"):
+    with pytest.raises(tasks.TaskError, match="critic, extra and neither 'policy' nor 'actor' nor 'state'; name"):
         RslRlEnv(GroupsOnly())
     with pytest.raises(tasks.TaskError, match="groups actor, critic and no 'proprio' group \\(task.policy_group\\)"):
         RslRlEnv(ActorAndCritic(), policy_group="proprio")
