@@ -121,11 +121,10 @@ class PlaygroundVecEnv:
             self._env = wrapper.BraxAutoResetWrapper(KeepFinalObs(episodes))
         self._reset = jax.jit(self._env.reset)
         self._obs = self.reset()
-        # Compiled now, not at the first step: an evaluation env would otherwise compile inside
-        # pql's first evaluation. A compiled step also refuses a state of another structure,
-        # where a jitted one would compile again.
-        actions = jax.device_put(jnp.zeros((num_envs, self.num_actions)), self._jax_device)
-        self._step = jax.jit(self._step_outputs).lower(self._state, actions).compile()
+        self._step = jax.jit(self._step_outputs)
+        # Compiled now, by a step whose result is dropped, not at the first step: an evaluation
+        # env would otherwise compile inside pql's first evaluation.
+        self._step(self._state, jax.dlpack.from_dlpack(torch.zeros(num_envs, self.num_actions, device=self.device)))
 
     def _step_outputs(self, state, actions):
         state = self._env.step(state, jnp.clip(actions, -1.0, 1.0))
