@@ -47,7 +47,7 @@ if "JAX_DEFAULT_MATMUL_PRECISION" not in os.environ:
     # Playground's README: TF32 matmuls on GPUs make its tasks' physics unstable.
     jax.config.update("jax_default_matmul_precision", "highest")
 if jax.config.jax_compilation_cache_dir is None:
-    # Compiling an env's reset and step takes 15-20 s on 2 cores, for each env count; compiled
+    # Compiling an env's reset and step takes 20-25 s on 2 cores, for each env count; compiled
     # once, they load from this cache in later runs and in the other processes of the same run.
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser("~/.cache/pql/jax"))
 

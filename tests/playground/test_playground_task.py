@@ -16,7 +16,7 @@ import torch
 
 import tasks
 from bench.learning import STEP_BUDGET
-from examples.playground_task import PlaygroundVecEnv, make
+from examples.playground_task import PlaygroundVecEnv, groups, make
 from pql.check_env import main as check_env_main
 from pql.evaluate import evaluate
 from pql.runtime import train
@@ -28,7 +28,7 @@ TASK = "examples.playground_task:make"
 @pytest.fixture(scope="module")
 def env() -> RslRlEnv:
     """Four CartpoleBalance envs through the adapter, as pql makes them: their reset and step
-    compile once for the module (15-25 s on 2 cores)."""
+    compile once for the module (20-25 s on 2 cores)."""
     made = tasks.make(TASK, 4, "cpu", seed=0)
     yield made
     made.close()
@@ -65,6 +65,15 @@ def test_a_cut_episode_hands_on_its_last_observation_and_restarts(env):
     assert torch.allclose(obs, first), (obs, first)
     obs, _, terminated, truncated, info = env.step(push)  # the restarted envs step on at once
     assert not (terminated | truncated).any() and torch.equal(info["final_obs"], obs)
+
+
+def test_observations_reach_torch_without_a_copy():
+    """DLPack: the torch tensors are JAX's buffers (on a GPU too: the same call, another device)."""
+    state = jnp.arange(12.0).reshape(4, 3)
+    given = groups({"state": state, "privileged_state": state + 1})
+    assert given["state"].data_ptr() == state.unsafe_buffer_pointer()
+    assert torch.equal(given["privileged_state"], torch.arange(1.0, 13.0).reshape(4, 3))
+    assert groups(state)["state"].data_ptr() == state.unsafe_buffer_pointer()  # one array: "state"
 
 
 def test_reset_draws_new_start_states():
