@@ -89,6 +89,7 @@ setup(
         # VecEnv base class that examples/rsl_rl_task.py subclasses (tests/test_own_env.py).
         "test": [
             "pytest==9.2.0",
+            "pytest-xdist==3.8.0",
             "gymnasium[mujoco]>=1.1",
             "gymnasium-robotics==1.4.2",
             "rsl-rl-lib>=5.4.2",

@@ -33,13 +33,20 @@ register_configs()
 # The tests' runs do not export their policy at their end unless a test asks (runtime.export=true):
 # an export costs 2 to 8 s of a 2-core CI machine, and tests/test_export.py tests it.
 NO_EXPORT = "runtime.export=false"
+# One torch thread in every process of the tests (this one, and the runs they start, unless a test
+# sets runtime.torch_threads): two pytest workers share the 2 cores (tests/run.sh), and an op split
+# over 2 threads waits at its end for the thread whose core another process holds. A 1,600-step
+# run took 258 s at 2 threads beside one busy process, 13 s at 1.
+ONE_THREAD = "runtime.torch_threads=1"
+torch.set_num_threads(1)
 
 
 def compose_config(overrides: list[str], run_dir) -> Config:
     """The validated Config that `python train.py <overrides>` would run, writing to run_dir
-    (runtime.export=false unless the overrides set it: NO_EXPORT)."""
-    if not any(o.startswith("runtime.export=") for o in overrides):
-        overrides = [*overrides, NO_EXPORT]
+    (runtime.export=false and one torch thread unless the overrides set them: NO_EXPORT, ONE_THREAD)."""
+    for default in (NO_EXPORT, ONE_THREAD):
+        if not any(o.startswith(default.split("=")[0] + "=") for o in overrides):
+            overrides = [*overrides, default]
     overrides = expand_task_forms(overrides)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "cfg"), version_base=None):

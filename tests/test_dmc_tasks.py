@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import NO_EXPORT
+from conftest import NO_EXPORT, ONE_THREAD
 
 import tasks
 from pql.cli import expand_task_forms
@@ -127,6 +127,7 @@ def test_train_py_runs_a_suite_task_into_a_run_directory_named_after_it(tmp_path
             sys.executable,
             os.path.join(ROOT, "train.py"),
             NO_EXPORT,
+            ONE_THREAD,
             "task=dmc/cartpole-balance",
             "task.num_envs=4",
             "task.eval_envs=1",

@@ -17,6 +17,9 @@ from pql.cli import mps_plan
 from pql.config import ConfigError
 from pql.runtime import mps
 
+# One pytest worker runs them all (tests/run.sh's loadgroup): a test checks that no daemon directory
+# was left in /tmp in its last seconds, which another's daemon made meanwhile would break.
+pytestmark = pytest.mark.xdist_group("mps")
 FAKE_CONTROL = textwrap.dedent(f"""\
     #!{sys.executable}
     import json, os, signal, subprocess, sys
