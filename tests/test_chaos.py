@@ -1,11 +1,11 @@
-"""Chaos: short runs in process mode, each ended at a random moment by SIGKILL of a random role
-or SIGTERM of the run (each at least once), each followed by a resume from the latest checkpoint;
-a last resume then trains until it solves InvertedPendulum within the env-step budget of the
-learning tests (each
-resume restores its checkpoint's replay; the checkpoint of a killed launch is its last periodic
-one, so the steps after it are lost and made again). The same under
-torchrun with two replicas, restarted by torchrun after a SIGKILL and relaunched after a
-SIGTERM of the job, as a preemptible scheduler would, with checkpoint=auto."""
+"""Chaos: short runs in process mode, ended at a random moment by SIGTERM of the run (docker stop,
+Kubernetes, `timeout`) and then by SIGKILL of a random role, each followed by a resume from the
+latest checkpoint with checkpoint=auto; a last resume, in process mode too, then trains until it
+solves InvertedPendulum within the env-step budget of the learning tests: pql's learning test in
+process mode (each resume restores its checkpoint's replay; the checkpoint of a killed launch is
+its last periodic one, so the steps after it are lost and made again). The same under torchrun
+with two replicas, restarted by torchrun after a SIGKILL and relaunched after a SIGTERM of the
+job, as a preemptible scheduler would, with checkpoint=auto."""
 
 import csv
 import os
@@ -19,16 +19,30 @@ import threading
 import time
 
 import pytest
-from conftest import DEAD_PEER_S, JOB_MARKER, NO_EXPORT, ROOT, alive, job_pids, role_pids, running, started_roles
+from conftest import (
+    DEAD_PEER_S,
+    JOB_MARKER,
+    NO_EXPORT,
+    ONE_THREAD,
+    ROOT,
+    alive,
+    assert_stopped_at_an_agreed_step,
+    job_pids,
+    role_pids,
+    running,
+    started_roles,
+)
 
 from bench.learning import OFF_POLICY
 from pql.checkpoint import load_checkpoint
 from pql.config import ROLE_NAMES
 
-# Two stopped launches, a role's SIGKILL and the run's SIGTERM (STOPS, shuffled), each at a random
-# moment (and the SIGKILL of a random role), then the last. Each launch pays a process-mode start
-# (~10 s on 2 cores): six took about 6 minutes in all, three about 90 s.
-STOPS = ["SIGKILL", "SIGTERM"]
+# Two stopped launches, the run's SIGTERM and then a random role's SIGKILL, each at a random
+# moment, then the last. Each launch pays a process-mode start (~10 s on 2 cores): six took about
+# 6 minutes in all, three about 90 s. The SIGTERM comes first, to a fresh launch, whose stop then
+# stands at an agreed step of the ratios' own counts.
+STOPS = ["SIGTERM", "SIGKILL"]
+ENVS = 16  # InvertedPendulum's on the CPU
 RUN = [
     "task=InvertedPendulum",
     "runtime.mode=process",
@@ -37,18 +51,18 @@ RUN = [
     "runtime.eval_every=10000",
     "runtime.log_every_s=1",
     NO_EXPORT,
+    ONE_THREAD,
     *OFF_POLICY,  # the learning tests' settings, with which the last launch solves in fewer env steps
 ]
 # The last launch: on to 900 (of 1000) or to 200k env steps, as the learning tests allow,
-# evaluated every eval_every env steps as they are. Sequential, which starts ~10 s sooner on 2 cores
-# (no role processes to import torch); it resumes the process-mode launches' checkpoint.
+# evaluated every eval_every env steps as they are. The replicas' is sequential (two replicas'
+# roles in processes would be 8 processes on 2 cores).
 LAST = [
     "runtime.max_env_steps=200000",
     "runtime.stop_at_return=900",
     "runtime.max_time_s=240",
     "runtime.eval_max_share=1",
     "runtime.eval_every=2000",
-    "runtime.mode=sequential",
 ]
 
 
@@ -80,8 +94,9 @@ def launch(run_dir, rng: random.Random, stop: str | None) -> tuple[str, int, str
     cmd = [sys.executable, "train.py", *RUN, *([] if stop else LAST), "checkpoint=auto", f"hydra.run.dir={run_dir}"]
     start_mtime = path.stat().st_mtime if path.exists() else 0.0
     with running(cmd) as proc:
-        pids = {}
-        for line in proc.stdout if stop else ():  # the last launch is sequential: no roles to wait for
+        pids, seen = {}, []
+        for line in proc.stdout:
+            seen.append(line)
             pids = started_roles(line) or pids
             if pids:
                 break
@@ -91,7 +106,7 @@ def launch(run_dir, rng: random.Random, stop: str | None) -> tuple[str, int, str
             while not (path.exists() and path.stat().st_mtime > start_mtime):  # a checkpoint of this launch
                 assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint written"
                 time.sleep(0.2)
-            time.sleep(rng.uniform(0.5, 5.0))
+            time.sleep(rng.uniform(0.5, 2.5))
             if stop == "SIGKILL":
                 victim = rng.choice(sorted(pids))
                 os.kill(pids[victim], signal.SIGKILL)
@@ -100,18 +115,19 @@ def launch(run_dir, rng: random.Random, stop: str | None) -> tuple[str, int, str
                 os.kill(proc.pid, signal.SIGTERM)
                 how = "SIGTERM"
         out, err = proc.communicate(timeout=300)
-    return how, proc.returncode, out + err, [proc.pid, *pids.values()]
+    return how, proc.returncode, "".join(seen) + out + err, [proc.pid, *pids.values()]
 
 
 @pytest.mark.slow
 def test_runs_survive_kills_and_resumes(tmp_path):
     rng = random.Random(0)
-    plan = [*rng.sample(STOPS, len(STOPS)), None]
+    plan = [*STOPS, None]
     run_dir = tmp_path / "run"
+    path = run_dir / "checkpoint.pt"
     last_counters, kills, terms, resumes = None, 0, 0, 0
     for cycle, stop in enumerate(plan):
         final = stop is None
-        resumed_at = load_checkpoint(run_dir / "checkpoint.pt")["counters"]["env_steps"] if cycle else 0
+        resumed_at = load_checkpoint(path)["counters"]["env_steps"] if cycle else 0
         before = [r for r in metric_rows(run_dir) if int(r["env_steps"]) <= resumed_at]
         resumes += cycle > 0
         how, code, output, pids = launch(run_dir, rng, stop)
@@ -119,9 +135,20 @@ def test_runs_survive_kills_and_resumes(tmp_path):
         terms += how == "SIGTERM"
         expected = 0 if final else 1 if how.startswith("SIGKILL") else 143
         assert code == expected, f"cycle {cycle} ({how}): exit {code}\n{output[-3000:]}"
+        launched = (
+            f"pql: checkpoint=auto: resuming from {path} at {resumed_at:,} env steps"
+            if cycle
+            else f"pql: checkpoint=auto: no checkpoint in {run_dir}, starting fresh"
+        )
+        assert launched in output, f"cycle {cycle}:\n{output[-3000:]}"
         time.sleep(0.5)
         assert not [p for p in pids if alive(p)], f"cycle {cycle} ({how}): a process survived"
-        counters = load_checkpoint(run_dir / "checkpoint.pt")["counters"]  # it loads
+        saved = load_checkpoint(path)  # it loads
+        counters = saved["counters"]
+        if how == "SIGTERM":  # it stops at an agreed step, writes its checkpoint and says how to resume
+            assert "pql: terminated (SIGTERM)" in output and f"pql: wrote {path} at " in output, output[-3000:]
+            assert f"checkpoint=auto hydra.run.dir={run_dir}" in output, output[-3000:]
+            assert_stopped_at_an_agreed_step(saved, num_envs=ENVS)
         if last_counters is not None:
             assert all(counters[k] >= last_counters[k] for k in counters), (cycle, how, last_counters, counters)
         last_counters = counters
@@ -235,6 +262,7 @@ def victim_of(run_dir, rng: random.Random) -> tuple[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
     """Two replicas in process mode, two launches (a restart of the workers by torchrun, then the
     job) each ended at a random moment after its first checkpoint, by SIGKILL of a random role of
@@ -255,7 +283,8 @@ def test_replicas_survive_kills_terminations_and_restarts(tmp_path):
         for cycle, action in enumerate([*plan, "solve"]):
             if job is None:
                 final = action == "solve"
-                job = Job(run_dir, overrides + (LAST if final else []), max_restarts=0 if final else len(plan))
+                solving = [*LAST, "runtime.mode=sequential"] if final else []
+                job = Job(run_dir, overrides + solving, max_restarts=0 if final else len(plan))
             launch = job.next_line(LAUNCH)  # a launch: the job's first, or a restart of its workers
             if killed is not None:  # torchrun restarted the workers: their replicas are resuming
                 print(f"the next launch resumed {time.monotonic() - killed:.2f} s after the kill")

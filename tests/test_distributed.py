@@ -113,7 +113,9 @@ ALGO_RUN = {
 def test_replicas_hold_identical_networks(tmp_path, algo, mode):
     """After the run every network, target, optimiser state and normaliser is the same on both
     ranks. (That each rank's gradient is the mean of both ranks' is the collectives test's.)"""
-    steps = 800 if algo == "pql" else 2400  # PQL's: 50 actor steps and 368 critic updates per replica
+    # PQL's: 50 actor steps and 368 critic updates per replica; PPO's and IMPALA's: 4 rollouts of
+    # 16 steps of 8 envs per replica.
+    steps = 800 if algo == "pql" else 1200
     overrides = ALGO_RUN[algo] + [f"runtime.max_env_steps={steps}", f"runtime.mode={mode}"]
     rank0, rank1 = probe(tmp_path, "train", *overrides)
     same = {k for k in rank0["counters"] if k != "episodes"}  # each replica's envs end their own episodes
@@ -176,6 +178,7 @@ def job(run_dir, *overrides: str):
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_killed_role_of_rank_1_stops_the_whole_job(tmp_path):
     with job(tmp_path) as proc:
         # Rank 1's actor may step while its V-learner is still starting (spawn, imports): wait for its name.
@@ -302,7 +305,7 @@ def test_a_pair_of_replicas_stopped_and_resumed_ends_as_the_pair_never_stopped(t
         "runtime.stall_timeout_s=60",
         "runtime.log_every_s=0.5",
         "runtime.checkpoint_every=400",
-        "runtime.max_env_steps=2400",
+        "runtime.max_env_steps=1200",
         "checkpoint=auto",
     ]
     whole = subprocess.run([*run, f"hydra.run.dir={tmp_path / 'whole'}"], cwd=ROOT, capture_output=True, text=True)
@@ -322,7 +325,7 @@ def test_a_pair_of_replicas_stopped_and_resumed_ends_as_the_pair_never_stopped(t
     stopped = replica_states(cut)
     steps = [{k: v for k, v in part["counters"].items() if k != "episodes"} for part in stopped]
     assert steps[0] == steps[1], "both ranks' parts are of one agreed step"  # their envs end their own episodes
-    assert 0 < stopped[0]["counters"]["env_steps"] < 1200, stopped[0]["counters"]
+    assert 0 < stopped[0]["counters"]["env_steps"] < 600, stopped[0]["counters"]
     assert stopped[1]["roles"]["actor"]["envs"]["window"], "rank 1's n-step window held steps at the stop"
     again = subprocess.run([*run, f"hydra.run.dir={cut}"], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 0 and "resuming from" in again.stdout, again.stderr[-4000:]

@@ -1,7 +1,8 @@
 """Learning tests: seeded, on CPU, about a minute each. InvertedPendulum's return is capped at
 1000 (one per step alive); a random policy falls within a few steps (return < 20). The long
 learning checks (Ant walks 30 m, InvertedDoublePendulum solved, SAC's InvertedPendulum at 900, and
-README's 15-minute results) are `python bench/learning.py`, run by hand, never in CI."""
+README's 15-minute results) are `python bench/learning.py`, run by hand, never in CI. PQL with its
+roles in processes learns in tests/test_chaos.py, whose last launch resumes a killed run and solves."""
 
 import pytest
 
@@ -32,13 +33,11 @@ def test_pql_solves_inverted_pendulum(make_config):
     solve_pendulum(make_config, [], max_env_steps=40_000)
 
 
-@pytest.mark.slow
-def test_pql_solves_inverted_pendulum_with_its_roles_in_processes(make_config):
-    solve_pendulum(make_config, ["runtime.mode=process"])
-
-
 # Proportional priorities, the default mode; rank mode's sampling is checked against references
-# (tests/kernels/test_prioritized.py) and its resume bit for bit (tests/test_resume.py).
+# (tests/kernels/test_prioritized.py) and its resume bit for bit (tests/test_resume.py). Seed 1,
+# which now first scores >= 900 at 10k env steps where seed 0 takes 12k, as SAC's test takes its
+# quicker seed.
 @pytest.mark.slow
 def test_pql_with_prioritized_replay_solves_inverted_pendulum(make_config):
-    solve_pendulum(make_config, ["replay.kind=prioritized", "replay.priority_mode=proportional"], max_env_steps=40_000)
+    prioritized = ["replay.kind=prioritized", "replay.priority_mode=proportional", "runtime.seed=1"]
+    solve_pendulum(make_config, prioritized, max_env_steps=40_000)

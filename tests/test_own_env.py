@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import NO_EXPORT, ROOT
+from conftest import NO_EXPORT, ONE_THREAD, ROOT
 from tensordict import TensorDict
 
 import tasks
@@ -417,6 +417,7 @@ def test_train_py_trains_a_gymnasium_robotics_env_and_resumes_it_with_new_episod
         sys.executable,
         "train.py",
         NO_EXPORT,
+        ONE_THREAD,
         "task=gym:PointMaze_UMaze-v3",
         "task.import_module=gymnasium_robotics",
         "task.num_envs=4",
@@ -426,6 +427,8 @@ def test_train_py_trains_a_gymnasium_robotics_env_and_resumes_it_with_new_episod
         "runtime.mode=sequential",
         "runtime.eval_every=1000000",
         "algo.batch_size=64",
+        "algo.net.actor_hidden=[32,32]",
+        "algo.net.critic_hidden=[32,32]",
         "checkpoint=auto",
         f"hydra.run.dir={run_dir}",
     ]

@@ -13,7 +13,15 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from conftest import alive, assert_stopped_at_an_agreed_step, compose_config, running, settings_of, started_roles
+from conftest import (
+    ONE_THREAD,
+    alive,
+    assert_stopped_at_an_agreed_step,
+    compose_config,
+    running,
+    settings_of,
+    started_roles,
+)
 
 from pql import __version__
 from pql.checkpoint import load_checkpoint, save_checkpoint
@@ -48,6 +56,7 @@ SMALL = [
     "runtime.log_every_s=5",
     "task.eval_envs=2",
     "algo.warmup_steps=4",
+    ONE_THREAD,  # also where a test runs train.py
 ]
 # SMALL's nets with one hidden layer (or residual block) each, where a test's cost grows with the
 # net's depth: compiled graphs of fewer kernels, a normalized learner that trains faster.
@@ -666,9 +675,9 @@ def test_a_signal_repeated_at_once_is_the_same_stop(monkeypatch):
 @pytest.mark.slow
 def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, sig, whole_group, code):
     """Ctrl-C: the run stops at an agreed step, writes its checkpoint (no final evaluation), stops
-    every role and exits 130. SIGTERM to the main process alone:
-    test_sigterm_stops_at_an_agreed_step_and_checkpoint_auto_resumes; to every process of a job,
-    as SLURM sends it: tests/test_chaos.py's replicas."""
+    every role and exits 130. SIGTERM to the main process alone, and checkpoint=auto's resume:
+    tests/test_chaos.py's first launch; to every process of a job, as SLURM sends it:
+    tests/test_chaos.py's replicas."""
     returncode, out, err, pids, _ = signalled_run(
         endless_run(tmp_path, "runtime.checkpoint_every=1000000000", mode=mode), sig, whole_group
     )
@@ -682,36 +691,6 @@ def test_a_stop_signal_writes_a_checkpoint_and_stops_every_role(tmp_path, mode, 
     assert log.startswith(f"pql {__version__}: task=InvertedPendulum"), log
     stopping = f"pql: stopping ({signal.Signals(sig).name}): training finishes at its next check, then the run writes"
     assert stopping in log and "pql: wrote" in log and said in log, log
-
-
-@pytest.mark.slow
-def test_sigterm_stops_at_an_agreed_step_and_checkpoint_auto_resumes(tmp_path):
-    """docker stop, Kubernetes, `timeout`: SIGTERM to the main process alone. The run stops at an
-    agreed step with its checkpoint and exits 143; the same command with checkpoint=auto then
-    resumes it, counters and metrics going on from there. In process mode, where the roles must
-    agree; a sequential run's stop: test_a_stop_signal_writes_a_checkpoint_and_stops_every_role,
-    its checkpoint=auto: test_checkpoint_auto_starts_fresh_then_resumes_the_run_directory."""
-    returncode, out, err, pids, _ = signalled_run(
-        endless_run(tmp_path, "runtime.checkpoint_every=1000000000", "checkpoint=auto"), signal.SIGTERM
-    )
-    assert returncode == 143 and "pql: terminated (SIGTERM)" in err, err
-    assert not [n for n, p in pids.items() if alive(p)]
-    fresh = f"pql: checkpoint=auto: no checkpoint in {tmp_path}, starting fresh\n"
-    assert fresh in (tmp_path / "train.log").read_text()
-    path = tmp_path / "checkpoint.pt"
-    assert f"pql: wrote {path} at " in out and f"checkpoint=auto hydra.run.dir={tmp_path}" in out, out
-    stopped = load_checkpoint(path)["counters"]
-    assert_stopped_at_an_agreed_step(load_checkpoint(path), num_envs=8)
-    budget = stopped["env_steps"] + 256
-    resume = [*endless_run(tmp_path, "checkpoint=auto")]
-    resume[resume.index("runtime.max_env_steps=100000000")] = f"runtime.max_env_steps={budget}"
-    proc = subprocess.run(resume, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert f"pql: checkpoint=auto: resuming from {path} at {stopped['env_steps']:,} env steps" in proc.stdout
-    resumed = load_checkpoint(path)["counters"]
-    assert resumed["env_steps"] >= budget and all(resumed[k] >= v for k, v in stopped.items()), (stopped, resumed)
-    steps = read_metrics(tmp_path / METRICS_CSV)["env_steps"]
-    assert (np.diff(steps) >= 0).all() and steps[-1] >= budget, steps  # one timeline
 
 
 @pytest.mark.slow
