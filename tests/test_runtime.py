@@ -237,11 +237,11 @@ def test_sequential_mode_waits_for_copies_in_flight(make_config, tmp_path, monke
     monkeypatch.setattr(device_module.Fence, "done", lambda fence: device_module.sync_count() > fence.syncs_at_record)
     # A warm-up longer than the ring, as on a GPU: the ring fills before any learner may update.
     cfg = make_config(
-        SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=1600", "runtime.device=cpu", "algo.warmup_steps=32"]
+        SMALL + ["runtime.mode=sequential", "runtime.max_env_steps=800", "runtime.device=cpu", "algo.warmup_steps=32"]
     )
     train(cfg)
     counters = load_checkpoint(tmp_path / "checkpoint.pt")["counters"]
-    assert counters["env_steps"] >= 1600
+    assert counters["env_steps"] >= 800
     beta_av, beta_pv = measured_ratios(counters, warmup_steps=32)
     assert beta_av == pytest.approx(cfg.algo.beta_av, rel=0.05) and beta_pv == pytest.approx(2, rel=0.05)
 
@@ -426,13 +426,17 @@ def test_resume_with_another_algo_or_task_is_a_config_error(make_config, finishe
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+# 368 policy updates: the average is the plain mean for its first 1/τ = 20, then Polyak's.
+AVERAGED_RUN = ("runtime.mode=sequential", "runtime.max_env_steps=400")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("average", [0.0, 0.05])
 def test_the_run_delivers_the_average_of_its_policy(finished_run, average):
     """algo.policy_average: the checkpoint's policy, what an evaluation and a user load, is the
     P-learner's Polyak average (kept in its state for a resume); with 0 it is the latest policy
     and no average is kept."""
-    run_dir = finished_run("runtime.mode=sequential", "runtime.max_env_steps=1600", f"algo.policy_average={average}")
+    run_dir = finished_run(*AVERAGED_RUN, f"algo.policy_average={average}")
     state = load_checkpoint(run_dir / "checkpoint.pt")
     learner = state["roles"]["p_learner"]
     latest_is_delivered = [torch.equal(v, learner["policy"][k]) for k, v in state["policy"].items()]
@@ -446,12 +450,12 @@ def test_the_run_delivers_the_average_of_its_policy(finished_run, average):
 @pytest.mark.slow
 def test_a_checkpoint_without_an_average_resumes_with_one(make_config, finished_run, tmp_path):
     """A run saved with algo.policy_average=0 resumes with an average, which starts from its policy."""
-    first = finished_run("runtime.mode=sequential", "runtime.max_env_steps=1600", "algo.policy_average=0.0")
+    first = finished_run(*AVERAGED_RUN, "algo.policy_average=0.0")
     again = make_config(
         SMALL
         + [
             "runtime.mode=sequential",
-            "runtime.max_env_steps=2000",
+            "runtime.max_env_steps=600",
             "algo.policy_average=0.05",
             f"checkpoint={first / 'checkpoint.pt'}",
         ],
