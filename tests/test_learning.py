@@ -1,4 +1,4 @@
-"""Learning tests: seeded, on CPU, about a minute each. InvertedPendulum's return is capped at
+"""Learning tests: seeded, on CPU, under a minute each. InvertedPendulum's return is capped at
 1000 (one per step alive); a random policy falls within a few steps (return < 20). The long
 learning checks (Ant walks 30 m, InvertedDoublePendulum solved, SAC's InvertedPendulum at 900, and
 README's 15-minute results) are `python bench/learning.py`, run by hand, never in CI. PQL with its
