@@ -90,6 +90,18 @@ def random_steps(env) -> Callable[[], None]:
     return step
 
 
+def factory_rate(spec: str, num_envs: int, device: str, seconds: float, kwargs: dict) -> float:
+    """Env steps/s of `task=spec` with task.kwargs `kwargs` as pql makes it (the adapter's work
+    included), random actions, for about `seconds`."""
+    import tasks
+
+    env = tasks.make(spec, num_envs, device, seed=0, kwargs=kwargs)
+    env.reset()
+    calls, elapsed = timed_steps(random_steps(env), seconds, synchronizer(env.device))
+    env.close()
+    return num_envs * calls / elapsed
+
+
 def synchronizer(device: torch.device) -> Callable[[], None]:
     return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
-from bench.env_throughput import random_steps, synchronizer, timed_steps
+from bench.env_throughput import factory_rate, synchronizer, timed_steps
 from bench.learning import ROOT, cpu_model, git_commit
 
 EXAMPLE = "examples.mjlab_task:make"
@@ -61,24 +61,15 @@ def mjlab_loop_rate(task: str, num_envs: int, device: str, seconds: float) -> fl
     return num_envs * calls / elapsed
 
 
-def pql_rate(task: str, num_envs: int, device: str, seconds: float, final_obs: bool) -> float:
-    import tasks
-
-    env = tasks.make(EXAMPLE, num_envs, device, seed=0, kwargs={"task": task, "final_obs": final_obs})
-    env.reset()
-    calls, elapsed = timed_steps(random_steps(env), seconds, synchronizer(env.device))
-    env.close()
-    return num_envs * calls / elapsed
-
-
 def throughput(args) -> None:
     print(f"| task | envs | path | env steps/s ({args.device}) |\n|---|---|---|---|", flush=True)
     for task in args.tasks:
         for n in args.sizes:
+            where = (n, args.device, args.seconds)
             rows = {
-                "mjlab loop": lambda: mjlab_loop_rate(task, n, args.device, args.seconds),
-                "pql, final obs": lambda: pql_rate(task, n, args.device, args.seconds, True),
-                "pql, auto-reset": lambda: pql_rate(task, n, args.device, args.seconds, False),
+                "mjlab loop": lambda: mjlab_loop_rate(task, *where),
+                "pql, final obs": lambda: factory_rate(EXAMPLE, *where, {"task": task, "final_obs": True}),
+                "pql, auto-reset": lambda: factory_rate(EXAMPLE, *where, {"task": task, "final_obs": False}),
             }
             for path, rate in rows.items():
                 print(f"| {task} | {n} | {path} | {rate():,.0f} |", flush=True)

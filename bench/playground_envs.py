@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
-from bench.env_throughput import random_steps, synchronizer, timed_steps
+from bench.env_throughput import factory_rate, synchronizer, timed_steps
 from bench.learning import cpu_model, git_commit
 
 EXAMPLE = "examples.playground_task:make"
@@ -77,16 +77,6 @@ def jitted_loop_rate(task: str, num_envs: int, device: str, impl: str, seconds: 
 
     calls, elapsed = timed_steps(call, seconds, lambda: jax.block_until_ready(carry), warmup=2)
     return num_envs * unroll * calls / elapsed
-
-
-def pql_rate(task: str, num_envs: int, device: str, impl: str, seconds: float) -> float:
-    import tasks
-
-    env = tasks.make(EXAMPLE, num_envs, device, seed=0, kwargs={"task": task, "impl": impl})
-    env.reset()
-    calls, elapsed = timed_steps(random_steps(env), seconds, synchronizer(env.device))
-    env.close()
-    return num_envs * calls / elapsed
 
 
 def torch_wrapper_rate(task: str, num_envs: int, device: str, impl: str, seconds: float) -> float:
@@ -141,7 +131,7 @@ def main(argv=None) -> None:
                 "Playground's jitted loop": lambda: jitted_loop_rate(*where, UNROLL),
                 "Playground, a call a step": lambda: jitted_loop_rate(*where, 1),
                 "Playground's torch wrapper": lambda: torch_wrapper_rate(*where),
-                "pql": lambda: pql_rate(*where),
+                "pql": lambda: factory_rate(EXAMPLE, n, args.device, args.seconds, {"task": task, "impl": args.impl}),
             }
             for path, rate in rows.items():
                 started = time.perf_counter()
